@@ -1,0 +1,160 @@
+"""Token-tree layout for tree verification (SGLang NGRAM verify format).
+
+A verification tree has ``num_nodes`` nodes.  Node 0 is the last committed
+token; every other node is a proposed token.  Candidate branches (token
+lists continuing from node 0) are merged into a trie, so shared prefixes
+become shared nodes, and the trie is laid out in BFS order, which gives
+``parent[i] < i`` for every node ``i > 0``.
+
+Outputs, for ``n = num_nodes``:
+
+* ``tokens``  int64[n]    -- node tokens (node 0 = ``last_token``)
+* ``mask``    bool[n * n] -- row-major; ``mask[i * n + j]`` iff node ``j``
+  is an ancestor-or-self of node ``i``
+* ``parents`` int64[n]    -- parent index, ``-1`` for the root
+
+Unused slots are padding: token 0, parent 0 (so a padding row has
+``mask[i][0] = mask[i][i] = 1``).  When the branches need more than
+``n - 1`` nodes, branches earlier in the list (higher priority) are kept
+first and the first branch that does not fit is truncated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+__all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size"]
+
+PAD_TOKEN = 0
+NO_LABEL = -1
+
+
+@dataclass
+class TokenTree:
+    """A laid-out tree plus bookkeeping useful for attribution.
+
+    ``labels[i]`` is the index of the first (highest-priority) branch that
+    contains node ``i`` (``-1`` for the root and padding); ``depth[i]`` is the
+    distance from the root; ``num_real`` counts root + proposed nodes (the
+    rest is padding).
+    """
+
+    tokens: np.ndarray
+    mask: np.ndarray
+    parents: np.ndarray
+    labels: np.ndarray
+    depth: np.ndarray
+    num_real: int
+
+    def as_tuple(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.tokens, self.mask, self.parents
+
+
+def _check_num_nodes(num_nodes: int) -> None:
+    if not isinstance(num_nodes, (int, np.integer)) or num_nodes < 1:
+        raise ValueError(f"num_nodes must be a positive int, got {num_nodes!r}")
+
+
+def _mask_from_parents(parents: np.ndarray, n: int) -> np.ndarray:
+    # Parents precede children, so one pass row by row suffices.
+    mask = np.zeros((n, n), dtype=bool)
+    mask[0, 0] = True
+    for i in range(1, n):
+        mask[i] = mask[parents[i]]
+        mask[i, i] = True
+    return mask.reshape(-1)
+
+
+def layout_tree(last_token: int, branches: Sequence[Sequence[int]], num_nodes: int) -> TokenTree:
+    """Merge ``branches`` into a trie and lay it out BFS (see module doc)."""
+    _check_num_nodes(num_nodes)
+    n = int(num_nodes)
+    budget = n - 1
+    # Trie in insertion order: child dicts map token -> node id (creation order).
+    children: List[dict] = [{}]
+    tok: List[int] = [int(last_token)]
+    label: List[int] = [NO_LABEL]
+    for b, branch in enumerate(branches):
+        node = 0
+        for t in branch:
+            t = int(t)
+            nxt = children[node].get(t)
+            if nxt is None:
+                if budget == 0:
+                    break
+                budget -= 1
+                nxt = len(tok)
+                children[node][t] = nxt
+                children.append({})
+                tok.append(t)
+                label.append(b)
+            node = nxt
+        if budget == 0:
+            break
+    # BFS renumbering; dict order = insertion order = branch priority.
+    order = [0]
+    par = [-1]
+    new_id = {0: 0}
+    head = 0
+    while head < len(order):
+        old = order[head]
+        for child in children[old].values():
+            new_id[child] = len(order)
+            order.append(child)
+            par.append(head)
+        head += 1
+    real = len(order)
+    tokens = np.full(n, PAD_TOKEN, dtype=np.int64)
+    parents = np.zeros(n, dtype=np.int64)
+    labels = np.full(n, NO_LABEL, dtype=np.int64)
+    depth = np.ones(n, dtype=np.int64)
+    tokens[:real] = [tok[o] for o in order]
+    parents[:real] = par
+    labels[:real] = [label[o] for o in order]
+    depth[0] = 0
+    for i in range(1, real):
+        depth[i] = depth[par[i]] + 1
+    mask = _mask_from_parents(parents, n)
+    return TokenTree(tokens, mask, parents, labels, depth, real)
+
+
+def build_tree(last_token: int, branches: Sequence[Sequence[int]], num_nodes: int):
+    """``(tokens, mask, parents)`` for a tree of candidate branches."""
+    return layout_tree(last_token, branches, num_nodes).as_tuple()
+
+
+def build_chain(last_token: int, chain: Sequence[int], num_nodes: int):
+    """Fast path for a single branch: ``(tokens, mask, parents)``.
+
+    Equivalent to ``build_tree(last_token, [chain], num_nodes)``.
+    """
+    _check_num_nodes(num_nodes)
+    n = int(num_nodes)
+    k = min(len(chain), n - 1)
+    tokens = np.zeros(n, dtype=np.int64)
+    tokens[0] = last_token
+    tokens[1 : k + 1] = chain[:k]
+    parents = np.zeros(n, dtype=np.int64)
+    parents[0] = -1
+    parents[1 : k + 1] = np.arange(k)
+    mask = np.eye(n, dtype=bool)
+    mask[:, 0] = True
+    mask[: k + 1, : k + 1] = np.tri(k + 1, dtype=bool)
+    return tokens, mask.reshape(-1), parents
+
+
+def node_labels(branches: Sequence[Sequence[int]], num_nodes: int) -> np.ndarray:
+    """Per-node index of the first branch containing it (-1: root/padding)."""
+    return layout_tree(0, branches, num_nodes).labels
+
+
+def trie_size(branches: Sequence[Sequence[int]]) -> int:
+    """Number of non-root nodes after merging ``branches`` into a trie."""
+    seen = set()
+    for branch in branches:
+        for i in range(1, len(branch) + 1):
+            seen.add(tuple(branch[:i]))
+    return len(seen)
