@@ -34,6 +34,9 @@ class SimReport:
     accepted_suffix: int
     per_draft: Dict[int, int] = field(default_factory=dict)
     max_step_tokens: int = 0
+    # Padding nodes (token 0 under the root) that matched by chance: a real
+    # tree verifier accepts them too; counted apart from draft tokens.
+    accepted_padding: int = 0
 
     @property
     def accepted(self) -> int:
@@ -54,6 +57,7 @@ class SimReport:
             "plain_steps": self.plain_steps,
             "accepted_prefix": self.accepted_prefix,
             "accepted_suffix": self.accepted_suffix,
+            "accepted_padding": self.accepted_padding,
             "mean_accept_len": self.mean_accept_len,
             "per_draft": dict(self.per_draft),
         }
@@ -114,6 +118,7 @@ def simulate(
     out: List[int] = []
     steps = 0
     max_step = 0
+    padding = 0
     while len(out) < len(answer):
         while pending and arrivals[pending[0]] <= len(out):
             i = pending.pop(0)
@@ -137,10 +142,11 @@ def simulate(
         max_step = max(max_step, len(new))
         last = path[-1]
         if last >= num_real:  # a padding node (token 0) happened to match
+            padding += len(path) - 1
             prop.record(0)
         else:
             prop.record(len(path) - 1, int(t.labels[last]) if tree and last else 0)
     st = prop.stats
     # Keys: index into ``drafts``; references count under -1 - ref_index.
     per_draft = {draft_ids.get(sid, -1 - sid): n for sid, n in st.per_draft.items()}
-    return SimReport(out, steps, len(answer), st.accepted_prefix, st.accepted_suffix, per_draft, max_step)
+    return SimReport(out, steps, len(answer), st.accepted_prefix, st.accepted_suffix, per_draft, max_step, padding)

@@ -1,0 +1,104 @@
+"""Token-tree layout invariants (SGLang NGRAM verify format)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ssr_sglang.core.tree import build_chain, build_tree, layout_tree, node_labels, trie_size
+
+branches_st = st.lists(st.lists(st.integers(0, 4), max_size=6), max_size=6)
+
+
+def ancestors_or_self(parents, i):
+    out = set()
+    while i != -1:
+        out.add(i)
+        i = int(parents[i])
+    return out
+
+
+def root_paths(tokens, parents, upto):
+    """Token sequence from the root (exclusive) to every node < upto."""
+    paths = {0: ()}
+    for i in range(1, upto):
+        paths[i] = paths[int(parents[i])] + (int(tokens[i]),)
+    return paths
+
+
+@settings(max_examples=300, deadline=None)
+@given(branches=branches_st, n=st.integers(1, 20), last=st.integers(0, 100))
+def test_layout_invariants(branches, n, last):
+    t = layout_tree(last, branches, n)
+    tokens, mask, parents = build_tree(last, branches, n)
+    assert np.array_equal(tokens, t.tokens) and np.array_equal(mask, t.mask)
+    assert tokens.shape == (n,) and tokens.dtype == np.int64
+    assert mask.shape == (n * n,) and mask.dtype == np.bool_
+    assert parents.shape == (n,)
+    assert tokens[0] == last and parents[0] == -1
+    real = t.num_real
+    assert real == min(n, 1 + trie_size(branches))
+    m2 = mask.reshape(n, n)
+    for i in range(1, n):
+        assert 0 <= parents[i] < i
+    for i in range(n):
+        anc = ancestors_or_self(parents, i)
+        assert set(np.flatnonzero(m2[i])) == anc
+    # BFS: depth non-decreasing; parents non-decreasing over real nodes
+    assert all(t.depth[i] <= t.depth[i + 1] for i in range(real - 1))
+    assert all(parents[i] <= parents[i + 1] for i in range(1, real - 1))
+    # padding: token 0, parent 0
+    for i in range(real, n):
+        assert tokens[i] == 0 and parents[i] == 0 and m2[i].sum() == (1 if i == 0 else 2)
+    # trie: no two siblings share a token; every node path is a prefix of some branch
+    paths = root_paths(tokens, parents, real)
+    assert len(set(paths.values())) == real
+    prefixes = {()} | {tuple(b[:k]) for b in branches for k in range(len(b) + 1)}
+    assert set(paths.values()) <= prefixes
+    # priority: branches are kept in order; the first that does not fit is cut
+    budget = n - 1
+    kept = set()
+    for b in branches:
+        for k in range(1, len(b) + 1):
+            p = tuple(b[:k])
+            if p not in kept:
+                if budget == 0:
+                    break
+                kept.add(p)
+                budget -= 1
+    assert set(paths.values()) - {()} == kept
+    # labels: first branch containing the node
+    for i in range(1, real):
+        lab = t.labels[i]
+        assert tuple(branches[lab][:t.depth[i]]) == paths[i]
+        assert all(tuple(branches[j][:t.depth[i]]) != paths[i] for j in range(lab))
+    assert np.array_equal(node_labels(branches, n), t.labels)
+
+
+@settings(max_examples=200, deadline=None)
+@given(chain=st.lists(st.integers(0, 50), max_size=12), n=st.integers(1, 10), last=st.integers(0, 9))
+def test_chain_fast_path_matches_tree(chain, n, last):
+    a = build_chain(last, chain, n)
+    b = build_tree(last, [chain], n)
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
+        assert x.dtype == y.dtype
+
+
+def test_small_example():
+    tokens, mask, parents = build_tree(7, [[1, 2, 3], [1, 4], [5]], 6)
+    assert tokens.tolist() == [7, 1, 5, 2, 4, 3]
+    assert parents.tolist() == [-1, 0, 0, 1, 1, 3]
+    m = mask.reshape(6, 6).astype(int)
+    assert m[5].tolist() == [1, 1, 0, 1, 0, 1]
+    tokens, mask, parents = build_tree(7, [[1]], 4)
+    assert tokens.tolist() == [7, 1, 0, 0] and parents.tolist() == [-1, 0, 0, 0]
+    assert mask.reshape(4, 4).astype(int).tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 0, 1]]
+
+
+def test_single_node_and_errors():
+    tokens, mask, parents = build_tree(3, [[1, 2]], 1)
+    assert tokens.tolist() == [3] and mask.tolist() == [True] and parents.tolist() == [-1]
+    with pytest.raises(ValueError):
+        build_tree(3, [], 0)
+    with pytest.raises(ValueError):
+        build_chain(3, [], 0)
