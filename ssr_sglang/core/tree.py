@@ -22,6 +22,7 @@ first and the first branch that does not fit is truncated.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import List, Sequence, Tuple
 
 import numpy as np
@@ -58,14 +59,20 @@ def _check_num_nodes(num_nodes: int) -> None:
         raise ValueError(f"num_nodes must be a positive int, got {num_nodes!r}")
 
 
-def _mask_from_parents(parents: np.ndarray, n: int) -> np.ndarray:
-    # Parents precede children, so one pass row by row suffices.
-    mask = np.zeros((n, n), dtype=bool)
-    mask[0, 0] = True
+def _mask_from_parents(parents: Sequence[int], n: int) -> np.ndarray:
+    """Row-major ancestor-or-self mask; ``parents[i] < i`` for ``i > 0``.
+
+    Rows are built as Python-int bitsets (row[i] = row[parent] | bit i)
+    and unpacked in one vectorised call: much cheaper than one NumPy
+    operation per row for the small trees used in verification.
+    """
+    rows = [1]
     for i in range(1, n):
-        mask[i] = mask[parents[i]]
-        mask[i, i] = True
-    return mask.reshape(-1)
+        rows.append(rows[parents[i]] | (1 << i))
+    width = (n + 7) // 8
+    raw = b"".join(r.to_bytes(width, "little") for r in rows)
+    bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8).reshape(n, width), axis=1, bitorder="little")
+    return bits[:, :n].astype(bool).reshape(-1)
 
 
 def layout_tree(last_token: int, branches: Sequence[Sequence[int]], num_nodes: int) -> TokenTree:
@@ -107,17 +114,16 @@ def layout_tree(last_token: int, branches: Sequence[Sequence[int]], num_nodes: i
             par.append(head)
         head += 1
     real = len(order)
-    tokens = np.full(n, PAD_TOKEN, dtype=np.int64)
-    parents = np.zeros(n, dtype=np.int64)
-    labels = np.full(n, NO_LABEL, dtype=np.int64)
-    depth = np.ones(n, dtype=np.int64)
-    tokens[:real] = [tok[o] for o in order]
-    parents[:real] = par
-    labels[:real] = [label[o] for o in order]
-    depth[0] = 0
-    for i in range(1, real):
+    pad = n - real
+    par.extend([0] * pad)
+    depth = [0] * n
+    for i in range(1, n):
         depth[i] = depth[par[i]] + 1
-    mask = _mask_from_parents(parents, n)
+    tokens = np.array([tok[o] for o in order] + [PAD_TOKEN] * pad, dtype=np.int64)
+    labels = np.array([label[o] for o in order] + [NO_LABEL] * pad, dtype=np.int64)
+    mask = _mask_from_parents(par, n)
+    parents = np.array(par, dtype=np.int64)
+    depth = np.array(depth, dtype=np.int64)
     return TokenTree(tokens, mask, parents, labels, depth, real)
 
 
@@ -126,24 +132,33 @@ def build_tree(last_token: int, branches: Sequence[Sequence[int]], num_nodes: in
     return layout_tree(last_token, branches, num_nodes).as_tuple()
 
 
-def build_chain(last_token: int, chain: Sequence[int], num_nodes: int):
-    """Fast path for a single branch: ``(tokens, mask, parents)``.
-
-    Equivalent to ``build_tree(last_token, [chain], num_nodes)``.
-    """
-    _check_num_nodes(num_nodes)
-    n = int(num_nodes)
-    k = min(len(chain), n - 1)
-    tokens = np.zeros(n, dtype=np.int64)
-    tokens[0] = last_token
-    tokens[1 : k + 1] = chain[:k]
+@lru_cache(maxsize=256)
+def _chain_layout(n: int, k: int):
     parents = np.zeros(n, dtype=np.int64)
     parents[0] = -1
     parents[1 : k + 1] = np.arange(k)
     mask = np.eye(n, dtype=bool)
     mask[:, 0] = True
     mask[: k + 1, : k + 1] = np.tri(k + 1, dtype=bool)
-    return tokens, mask.reshape(-1), parents
+    return mask.reshape(-1), parents
+
+
+def build_chain(last_token: int, chain: Sequence[int], num_nodes: int):
+    """Fast path for a single branch: ``(tokens, mask, parents)``.
+
+    Equivalent to ``build_tree(last_token, [chain], num_nodes)``; the mask
+    and parents only depend on (num_nodes, len) and are cached (copies are
+    returned, so callers may modify them).
+    """
+    _check_num_nodes(num_nodes)
+    n = int(num_nodes)
+    k = min(len(chain), n - 1)
+    tokens = np.zeros(n, dtype=np.int64)
+    tokens[0] = last_token
+    if k:
+        tokens[1 : k + 1] = chain[:k]
+    mask, parents = _chain_layout(n, k)
+    return tokens, mask.copy(), parents.copy()
 
 
 def node_labels(branches: Sequence[Sequence[int]], num_nodes: int) -> np.ndarray:
