@@ -28,6 +28,7 @@ Typical engine loop for one request in its answer phase::
     branches = prop.propose_tree(answer_ids, num_nodes - 1)
     tree = layout_tree(last_token, [b.tokens for b in branches], num_nodes)
     # verify tree.tokens / tree.mask on the target model -> accepted path
+    # (labels[i] == -1 for root/padding: record() then counts nothing)
     prop.record(len(path) - 1, int(tree.labels[path[-1]]))
 """
 

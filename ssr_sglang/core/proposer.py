@@ -312,19 +312,21 @@ class DraftProposer:
     def record(self, accepted: int, branch: int = 0) -> None:
         """Feedback after verifying the last proposal.
 
-        ``accepted``: number of proposed tokens accepted (bonus excluded);
-        ``branch``: for :meth:`propose_tree`, the index of the branch the
-        accepted path belongs to (e.g. ``TokenTree.labels`` of the deepest
-        accepted node).
+        ``accepted``: number of proposed tokens accepted (bonus and padding
+        nodes excluded); ``branch``: for :meth:`propose_tree`, the index of
+        the branch the accepted path belongs to, i.e. ``TokenTree.labels``
+        of the deepest accepted node.  A negative or unknown ``branch``
+        (label -1: root or padding) records a step with nothing accepted.
         """
         st = self.stats
         st.steps += 1
         last = self._last
-        if not last:
+        self._last = []
+        if not last or not 0 <= branch < len(last):
             st.steps_empty += 1
             return
         st.proposed += sum(len(b.tokens) for b in last)
-        p = last[branch] if 0 <= branch < len(last) else last[0]
+        p = last[branch]
         accepted = max(0, min(int(accepted), len(p.tokens)))
         if p.kind == PREFIX:
             st.steps_prefix += 1
@@ -341,4 +343,3 @@ class DraftProposer:
             st.steps_empty += 1
         if accepted and p.draft_id >= 0:
             st.per_draft[p.draft_id] = st.per_draft.get(p.draft_id, 0) + accepted
-        self._last = []

@@ -169,3 +169,23 @@ class ProposerMachine(RuleBasedStateMachine):
 
 TestProposerMachine = ProposerMachine.TestCase
 TestProposerMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+def test_record_padding_label_counts_nothing():
+    p = DraftProposer(ProposerConfig(max_tokens=4))
+    d = p.add_draft([1, 2, 3])
+    p.propose_tree([], 4)
+    p.record(1, -1)  # deepest accepted node was padding
+    assert p.stats.accepted == 0 and p.stats.steps_empty == 1
+    p.propose_tree([1], 4)
+    p.record(2, 0)
+    assert p.stats.accepted_prefix == 2 and p.stats.per_draft == {d: 2}
+
+
+def test_core_is_engine_free():
+    import subprocess
+    import sys
+    code = ("import sys, ssr_sglang.core; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'sglang', 'vllm')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
