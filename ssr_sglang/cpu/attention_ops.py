@@ -1,0 +1,237 @@
+"""Pure-torch stand-ins for ``sgl_kernel``'s CPU attention ops (used by SGLang's ``intel_amx``
+attention backend): ``extend_attention_cpu`` and ``decode_attention_cpu``.
+
+This is the CPU fallback used only when no working ``sgl_kernel`` is importable; see
+:mod:`ssr_sglang.cpu.ops`, which registers these as ``torch.ops.sgl_kernel.*``.
+
+Conventions (taken from ``sglang/srt/layers/attention/intel_amx_backend.py`` and SGLang's Triton
+extend/decode kernels):
+
+* KV buffers are ``[num_slots, num_kv_heads, head_dim]``; ``req_to_token[req_pool_indices[i]]``
+  lists request ``i``'s slots in position order.
+* ``seq_lens`` counts every key a request attends to (prefix + this step's tokens).
+* ``sliding_window_size`` is the backend's ``layer.sliding_window_size + 1``: the number of keys a
+  query sees, itself included (query at position ``p`` sees keys ``k`` with ``p - k < window``;
+  for non-causal layers also ``k - p < window``). A value ``<= 0`` means no window.
+* ``tree_mask`` (TARGET_VERIFY, EAGLE QLEN_ONLY / NGRAM) is bool/uint8, flattened per request as
+  ``[extend_len, extend_len]`` row-major (``[i, j]``: draft ``i`` may attend draft ``j``), the
+  requests' blocks concatenated. The committed prefix stays fully visible.
+* ``sinks`` (one logit per query head) join the softmax denominator only, as in the Triton kernels.
+* Scores, softmax and the weighted sum run in float32; outputs are written in the output's dtype.
+  KV buffers stored as fp8 are dequantised with ``key_scale`` / ``value_scale``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+# Upper bound on float32 score elements held at once per request (chunks of queries).
+_MAX_SCORE_ELEMS = 1 << 24
+
+_FP8_DTYPES = tuple(
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+    if hasattr(torch, name)
+)
+
+
+def _load_kv(buffer: torch.Tensor, slots: torch.Tensor, scale: float) -> torch.Tensor:
+    """Rows ``slots`` of a KV buffer as float32 (dequantised when the buffer is fp8)."""
+    rows = buffer[slots].float()
+    if buffer.dtype in _FP8_DTYPES and scale != 1.0:
+        rows = rows * scale
+    return rows
+
+
+def _check_unsupported(is_cross_attention: bool, op: str) -> None:
+    if is_cross_attention:
+        raise NotImplementedError(
+            f"{op}: cross attention (encoder-decoder models) is not supported by ssr-sglang's "
+            "pure-torch CPU stand-in"
+        )
+
+
+def _attend(
+    q: torch.Tensor,  # [M, H, Dq] float32
+    k: torch.Tensor,  # [L, Hkv, Dq] float32
+    v: torch.Tensor,  # [L, Hkv, Dv] float32
+    visible: Optional[torch.Tensor],  # [M, L] bool, None = everything visible
+    sm_scale: float,
+    logit_cap: float,
+    sinks: Optional[torch.Tensor],  # [H] float32 or None
+) -> torch.Tensor:
+    """Softmax attention of ``M`` queries over ``L`` keys, GQA-aware. Returns ``[M, H, Dv]``."""
+    m, h, dq = q.shape
+    hkv = k.shape[1]
+    if h % hkv != 0:
+        raise ValueError(f"number of query heads ({h}) is not a multiple of kv heads ({hkv})")
+    group = h // hkv
+    qg = q.reshape(m, hkv, group, dq).permute(1, 2, 0, 3)  # [Hkv, G, M, Dq]
+    kt = k.permute(1, 2, 0)  # [Hkv, Dq, L]
+    scores = torch.matmul(qg, kt.unsqueeze(1)) * sm_scale  # [Hkv, G, M, L]
+    if logit_cap > 0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    if visible is not None:
+        scores = scores.masked_fill(~visible, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    if sinks is not None:
+        row_max = torch.maximum(row_max, sinks.view(hkv, group, 1, 1))
+    # Fully masked rows (no visible key, no sink) would give NaN; they produce zeros instead.
+    row_max = torch.nan_to_num(row_max, nan=0.0, neginf=0.0)
+    probs = torch.exp(scores - row_max)
+    denom = probs.sum(dim=-1, keepdim=True)
+    if sinks is not None:
+        denom = denom + torch.exp(sinks.view(hkv, group, 1, 1) - row_max)
+    out = torch.matmul(probs, v.permute(1, 0, 2).unsqueeze(1))  # [Hkv, G, M, Dv]
+    out = out / torch.where(denom > 0, denom, torch.ones_like(denom))
+    return out.permute(2, 0, 1, 3).reshape(m, h, v.shape[-1])
+
+
+def _window_mask(
+    q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, is_causal: bool
+) -> torch.Tensor:
+    diff = q_pos[:, None] - k_pos[None, :]
+    keep = diff < window
+    if not is_causal:
+        keep &= -diff < window
+    return keep
+
+
+def extend_attention_cpu(
+    q_extend: torch.Tensor,
+    k_extend: Optional[torch.Tensor],
+    v_extend: Optional[torch.Tensor],
+    o_extend: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    key_scale: float,
+    value_scale: float,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    max_len_extend: int,
+    sm_scale: float,
+    logit_cap: float,
+    is_cross_attention: bool = False,
+    sliding_window_size: int = 0,
+    encoder_lens: Optional[torch.Tensor] = None,
+    sinks: Optional[torch.Tensor] = None,
+    tree_mask: Optional[torch.Tensor] = None,
+    is_causal: bool = True,
+) -> None:
+    """Prefill/extend (and TARGET_VERIFY) attention; writes ``o_extend`` in place.
+
+    ``q_extend [T, H, Dq]``, ``k_extend/v_extend [T, Hkv, D]`` hold this step's tokens (None: read
+    them from the KV buffers, where another layer already wrote them), ``o_extend [T, H, Dv]``.
+    Request ``i`` owns rows ``extend_start_loc[i] : + extend_seq_lens[i]``; its first
+    ``seq_lens[i] - extend_seq_lens[i]`` keys are the cached prefix.
+    """
+    _check_unsupported(is_cross_attention, "extend_attention_cpu")
+    del encoder_lens, max_len_extend  # only meaningful for cross attention / kernel tiling
+    window = int(sliding_window_size)
+    sink_f = sinks.float() if sinks is not None else None
+    if tree_mask is not None:
+        tree_mask = tree_mask.reshape(-1)
+    seq_list = seq_lens.tolist()
+    ext_list = extend_seq_lens.tolist()
+    start_list = extend_start_loc.tolist()
+    rpi_list = req_pool_indices.tolist()
+    h = q_extend.shape[1]
+    mask_off = 0
+    for i, (seq_len, ext, start, rpi) in enumerate(zip(seq_list, ext_list, start_list, rpi_list)):
+        seq_len, ext, start = int(seq_len), int(ext), int(start)
+        if ext <= 0:
+            continue
+        prefix = seq_len - ext
+        if prefix < 0:
+            raise ValueError(f"request {i}: seq_len {seq_len} < extend_len {ext}")
+        slots = req_to_token[int(rpi), :seq_len].long()
+        if k_extend is not None and v_extend is not None:
+            k = torch.cat(
+                [_load_kv(k_buffer, slots[:prefix], key_scale), k_extend[start : start + ext].float()]
+            )
+            v = torch.cat(
+                [_load_kv(v_buffer, slots[:prefix], value_scale), v_extend[start : start + ext].float()]
+            )
+        else:
+            k = _load_kv(k_buffer, slots, key_scale)
+            v = _load_kv(v_buffer, slots, value_scale)
+
+        blk = None
+        if tree_mask is not None:
+            blk = tree_mask[mask_off : mask_off + ext * ext].view(ext, ext).bool()
+            mask_off += ext * ext
+        k_pos = torch.arange(seq_len)
+        chunk = max(1, _MAX_SCORE_ELEMS // max(1, seq_len * h))
+        for c0 in range(0, ext, chunk):
+            c1 = min(ext, c0 + chunk)
+            q_idx = torch.arange(c0, c1)
+            visible = None
+            if blk is not None or is_causal:
+                visible = torch.ones(c1 - c0, seq_len, dtype=torch.bool)
+                if blk is not None:
+                    visible[:, prefix:] = blk[c0:c1]
+                else:
+                    visible[:, prefix:] = q_idx[:, None] >= torch.arange(ext)[None, :]
+            if window > 0:
+                wm = _window_mask(prefix + q_idx, k_pos, window, is_causal)
+                visible = wm if visible is None else visible & wm
+            out = _attend(
+                q_extend[start + c0 : start + c1].float(), k, v, visible, sm_scale, logit_cap, sink_f
+            )
+            o_extend[start + c0 : start + c1] = out.to(o_extend.dtype)
+
+
+def decode_attention_cpu(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    key_scale: float,
+    value_scale: float,
+    output: torch.Tensor,
+    key: Optional[torch.Tensor],
+    value: Optional[torch.Tensor],
+    loc: torch.Tensor,
+    attn_logits: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+    is_cross_attention: bool = False,
+    sliding_window_size: int = 0,
+    encoder_lens: Optional[torch.Tensor] = None,
+    sinks: Optional[torch.Tensor] = None,
+) -> None:
+    """One-token-per-request decode attention; writes ``output [B, H, Dv]`` in place.
+
+    When ``key``/``value`` (``[B, Hkv, D]``) are given they are first stored into
+    ``k_cache``/``v_cache`` at slots ``loc`` (the backend relies on this). Request ``i`` then
+    attends to its ``seq_lens[i]`` keys ``req_to_token[req_pool_indices[i], :seq_lens[i]]``.
+    ``attn_logits`` (the split-KV scratch buffer of the C++ kernel) is not used.
+    """
+    _check_unsupported(is_cross_attention, "decode_attention_cpu")
+    del attn_logits, encoder_lens
+    if key is not None and value is not None:
+        slots = loc.reshape(-1).long()
+        k_cache[slots] = key.reshape(slots.numel(), *k_cache.shape[1:]).to(k_cache.dtype)
+        v_cache[slots] = value.reshape(slots.numel(), *v_cache.shape[1:]).to(v_cache.dtype)
+    window = int(sliding_window_size)
+    sink_f = sinks.float() if sinks is not None else None
+    seq_list = seq_lens.tolist()
+    rpi_list = req_pool_indices.tolist()
+    for i, (seq_len, rpi) in enumerate(zip(seq_list, rpi_list)):
+        seq_len = int(seq_len)
+        start = max(0, seq_len - window) if window > 0 else 0
+        if seq_len - start <= 0:
+            output[i] = 0
+            continue
+        slots = req_to_token[int(rpi), start:seq_len].long()
+        k = _load_kv(k_cache, slots, key_scale)
+        v = _load_kv(v_cache, slots, value_scale)
+        out = _attend(query[i : i + 1].float(), k, v, None, sm_scale, logit_cap, sink_f)
+        output[i] = out[0].to(output.dtype)
