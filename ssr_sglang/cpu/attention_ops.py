@@ -113,7 +113,7 @@ def extend_attention_cpu(
     seq_lens: torch.Tensor,
     extend_seq_lens: torch.Tensor,
     extend_start_loc: torch.Tensor,
-    max_len_extend: int,
+    max_len_extend: Optional[int],
     sm_scale: float,
     logit_cap: float,
     is_cross_attention: bool = False,

@@ -455,7 +455,7 @@ TORCH_OP_SCHEMAS: dict[str, tuple[str, Callable]] = {
         "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
         "Tensor k_buffer, Tensor v_buffer, float key_scale, float value_scale, Tensor req_to_token, "
         "Tensor req_pool_indices, Tensor seq_lens, Tensor extend_seq_lens, Tensor extend_start_loc, "
-        "int max_len_extend, float sm_scale, float logit_cap, bool is_cross_attention, "
+        "int? max_len_extend, float sm_scale, float logit_cap, bool is_cross_attention, "
         "int sliding_window_size, Tensor? encoder_lens, Tensor? sinks, Tensor? tree_mask, "
         "bool is_causal) -> ()",
         extend_attention_cpu,

@@ -239,6 +239,21 @@ def test_extend_query_chunking(monkeypatch):
     torch.testing.assert_close(full.double(), _ref_extend(b, prefix, ext, scale=0.3, window=9), **_tol(torch.float32))
 
 
+def test_extend_fp8_cache_scales_and_loose_scalars():
+    """fp8 KV buffers are dequantised with key/value scales; int logit_cap and None max_len work."""
+    prefix, ext = [4, 2], [3, 2]
+    b = _make_batch(5, prefix_lens=prefix, ext_lens=ext, h=4, hkv=2, d=8, dv=8, dtype=torch.float32)
+    ks, vs = 0.5, 2.0
+    deq_k = (b["k_buffer"] / ks).to(torch.float8_e4m3fn)
+    deq_v = (b["v_buffer"] / vs).to(torch.float8_e4m3fn)
+    o = torch.empty(5, 4, 8)
+    torch.ops.sgl_kernel.extend_attention_cpu(
+        b["q"], None, None, o, deq_k, deq_v, ks, vs, b["req_to_token"], b["req_pool_indices"],
+        b["seq_lens"], b["ext_lens"], b["starts"], None, 0.3, 0, False, 0, None, None, None, True)
+    b["k_buffer"], b["v_buffer"] = deq_k.float() * ks, deq_v.float() * vs
+    torch.testing.assert_close(o.double(), _ref_extend(b, prefix, ext, scale=0.3), **_tol(torch.float32))
+
+
 def test_extend_rejects_cross_attention():
     b = _make_batch(0, prefix_lens=[1], ext_lens=[1], h=2, hkv=2, d=4, dv=4, dtype=torch.float32)
     o = torch.empty(1, 2, 4)
