@@ -1,0 +1,1 @@
+"""CPU support for running SGLang (and SSR) without a GPU: see :mod:`ssr_sglang.cpu.bootstrap`."""

@@ -1,0 +1,109 @@
+"""Start and stop a real SGLang server on CPU for tests, benchmarks and the main job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import requests
+
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_server_args(model_path: str, *extra: str, max_total_tokens: int = 16384) -> list:
+    return [
+        "--model-path", str(model_path), "--device", "cpu", "--dtype", "bfloat16",
+        "--max-total-tokens", str(max_total_tokens), "--max-running-requests", "32",
+        "--mem-fraction-static", "0.3",
+"--skip-server-warmup", "--log-level", "warning", *extra,
+    ]
+
+
+class Server:
+    """``python -m sglang.launch_server ...`` in a subprocess; a context manager."""
+
+    def __init__(self, args: Sequence[str], env: Optional[dict] = None, log_path: Optional[str] = None,
+                 port: Optional[int] = None, timeout: float = 240.0):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [sys.executable, "-m", "sglang.launch_server", *args, "--host", "127.0.0.1", "--port", str(self.port)]
+        self.env = {**os.environ, **CPU_ENV, **(env or {})}
+        self.log_path = log_path
+        self.timeout = timeout
+        self.proc: Optional[subprocess.Popen] = None
+
+    def __enter__(self) -> "Server":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        log = open(self.log_path, "w") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.time() + self.timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sglang server exited with {self.proc.returncode}; log: {self.log_path}\n"
+                                   + self.log_tail())
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"sglang server not healthy after {self.timeout}s; log: {self.log_path}\n" + self.log_tail())
+
+    def log_tail(self, n: int = 60) -> str:
+        if not self.log_path or not Path(self.log_path).exists():
+            return ""
+        return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+
+    # -- small client helpers ---------------------------------------------------
+    def generate(self, input_ids=None, text=None, max_new_tokens=64, temperature=0.0, custom_params=None,
+                 timeout=300, **extra) -> dict:
+        sp = {"max_new_tokens": max_new_tokens, "temperature": temperature, **extra.pop("sampling", {})}
+        if custom_params is not None:
+            sp["custom_params"] = custom_params
+        body = {"sampling_params": sp, **extra}
+        if input_ids is not None:
+            body["input_ids"] = list(input_ids)
+        else:
+            body["text"] = text
+        r = requests.post(self.url + "/generate", json=body, timeout=timeout)
+        r.raise_for_status()
+        return r.json()
+
+    def loads(self) -> dict:
+        return requests.get(self.url + "/v1/loads", timeout=10).json()
+
+    def server_info(self) -> dict:
+        return requests.get(self.url + "/server_info", timeout=10).json()

@@ -1,0 +1,141 @@
+"""Build small random-init reasoning-style models that SGLang can load, with no model hub.
+
+Each folder holds a ``config.json`` (``Qwen3ForCausalLM`` or ``LlamaForCausalLM``), safetensors weights,
+and a byte-level BPE tokenizer trained locally with ``tokenizers`` that knows ``<think>`` and
+``</think>`` as single special tokens, plus a chat template that opens a think block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+THINK_START, THINK_END = "<think>", "</think>"
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", THINK_START, THINK_END]
+
+# A Qwen-style template: system/user/assistant turns, and the assistant's reply opens a think block
+# so that generation starts inside the reasoning phase.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+
+
+def _corpus(seed: int, n_lines: int = 3000) -> list[str]:
+    rng = random.Random(seed)
+    words = (
+        "the a reasoning answer class def return self value list count item total step first then "
+        "so because check add sum table row name id price qty def init get set print for in if else"
+    ).split()
+    lines = []
+    for _ in range(n_lines):
+        k = rng.randint(4, 14)
+        lines.append(" ".join(rng.choice(words) for _ in range(k)) + rng.choice([".", ":", "", "()"]))
+        if rng.random() < 0.2:
+            lines.append(f"{rng.randint(0, 999)} + {rng.randint(0, 999)} = {rng.randint(0, 1999)}")
+    return lines
+
+
+def train_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed: int = 0):
+    """Train a byte-level BPE tokenizer and save it as a ``PreTrainedTokenizerFast`` folder."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(seed), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        additional_special_tokens=[THINK_START, THINK_END, "<|im_start|>"],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(out_dir))
+    return fast
+
+
+def build_tiny_model(
+    out_dir: str | os.PathLike,
+    arch: str = "qwen3",
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vocab_size: int = 512,
+    max_position_embeddings: int = 4096,
+    seed: int = 0,
+) -> Path:
+    """Write a random-init model folder that SGLang loads (about 0.1M parameters by default)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(out, vocab_size=vocab_size, seed=seed)
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="bfloat16",
+    )
+    if arch == "qwen3":
+        config, cls = Qwen3Config(head_dim=hidden_size // num_heads, **common), Qwen3ForCausalLM
+    elif arch == "llama":
+        config, cls = LlamaConfig(**common), LlamaForCausalLM
+    else:
+        raise ValueError(f"arch must be 'qwen3' or 'llama', got {arch!r}")
+    torch.manual_seed(seed)
+    model = cls(config).to(torch.bfloat16)
+    model.save_pretrained(str(out), safe_serialization=True)
+    _write_rope_theta(out / "config.json")
+    (out / "generation_config.json").unlink(missing_ok=True)
+    return out
+
+
+def _write_rope_theta(config_path: Path, default: float = 10000.0) -> None:
+    """transformers 5.x writes only ``rope_parameters``; SGLang also reads a top-level ``rope_theta``."""
+    cfg = json.loads(config_path.read_text())
+    rope = cfg.get("rope_parameters") or {}
+    cfg.setdefault("rope_theta", rope.get("rope_theta", default))
+    config_path.write_text(json.dumps(cfg, indent=2))
+
+
+def cached_tiny_model(arch: str = "qwen3", root: str | os.PathLike | None = None, **kwargs) -> Path:
+    """Build once into ``root`` (default: ``$SSR_TEST_MODEL_DIR`` or ``.cache/test-models``), then reuse."""
+    root = Path(root or os.environ.get("SSR_TEST_MODEL_DIR", ".cache/test-models"))
+    tag = "-".join(f"{k}{v}" for k, v in sorted(kwargs.items()))
+    out = root / (f"tiny-{arch}" + (f"-{tag}" if tag else ""))
+    if not (out / "model.safetensors").exists() or not (out / "tokenizer.json").exists():
+        build_tiny_model(out, arch=arch, **kwargs)
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(cached_tiny_model(sys.argv[1] if len(sys.argv) > 1 else "qwen3"))
