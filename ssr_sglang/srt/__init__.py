@@ -1,0 +1,1 @@
+"""SGLang glue: plugin registration, the SSR speculative worker, in-scheduler draft branches, metrics."""

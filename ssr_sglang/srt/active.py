@@ -1,0 +1,3 @@
+"""The SSR worker of this scheduler process, if any (kept import-free so hooks stay cheap)."""
+
+WORKER = None

@@ -1,0 +1,279 @@
+"""SSR settings: server-wide from environment variables, per request from ``custom_params``.
+
+SGLang 0.5.23 accepts no plugin CLI flags, so server-wide knobs are environment variables
+(inherited by SGLang's spawned processes) plus the existing ``--speculative-num-draft-tokens``.
+Per request, ``sampling_params.custom_params`` (``/generate``) or ``custom_params`` in the OpenAI
+body / ``extra_body`` carry ``ssr_*`` keys that override the server defaults for that request.
+
+=============================  =========================  ==============================================
+environment variable           custom_params key          meaning
+=============================  =========================  ==============================================
+``SSR_ENABLED``                ``ssr``                    1/0: draft and verify with drafts at all
+``SSR_CHECKPOINTS``            ``ssr_checkpoints``        reasoning-token counts that fork a draft
+``SSR_EVERY``                  ``ssr_every``              iterative SSR: a draft every N tokens ...
+``SSR_MAX_DRAFTS``             ``ssr_max_drafts``         ... at most this many drafts in all
+``SSR_THINKING_BUDGET``        ``ssr_thinking_budget``    budget that ``ssr_fractions`` refer to
+``SSR_FRACTIONS``              ``ssr_fractions``          checkpoints as fractions of the budget
+``SSR_MAX_DRAFT_TOKENS``       ``ssr_max_draft_tokens``   cap on each draft answer's length
+``SSR_PREFIX``                 ``ssr_prefix``             1/0: prefix verification
+``SSR_SUFFIX``                 ``ssr_suffix``             1/0: suffix decoding
+``SSR_REASONING_FALLBACK``     (server only)              ``ngram`` or ``none``: proposals while reasoning
+``SSR_MAX_KV_USAGE``           (server only)              skip new drafts above this KV-pool usage
+``SSR_MAX_BATCH``              (server only)              skip new drafts when this many requests run
+``SSR_THINK_START``/``_END``   (server only)              think markers, when the tokenizer's are unusual
+``SSR_FORCE_ANSWER_TEXT``      (server only)              text appended to make a draft answer now
+(none)                         ``ssr_draft``,             a client-supplied draft answer (token ids);
+                               ``ssr_draft_<k>``          several with ``_0``, ``_1``, ... (programs/)
+=============================  =========================  ==============================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any, Mapping, Optional
+
+from ssr_sglang.core.budgets import BudgetSchedule
+
+MAX_DRAFT_TOKENS = 1 << 16
+MAX_CLIENT_DRAFTS = 16
+
+
+class SSRConfigError(ValueError):
+    """An invalid SSR setting; the message names the field or variable."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestConfig:
+    """What SSR does for one request."""
+
+    enabled: bool = True
+    checkpoints: Optional[tuple] = (500,)
+    every: Optional[int] = None
+    max_drafts: Optional[int] = None
+    thinking_budget: Optional[int] = None
+    fractions: Optional[tuple] = None
+    draft_max_tokens: int = 512
+    use_prefix: bool = True
+    use_suffix: bool = True
+
+    def schedule(self) -> BudgetSchedule:
+        return BudgetSchedule(
+            self.checkpoints,
+            fractions=self.fractions,
+            thinking_budget=self.thinking_budget,
+            every=self.every,
+            max_drafts=self.max_drafts,
+            draft_len=self.draft_max_tokens,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    defaults: RequestConfig = RequestConfig()
+    reasoning_fallback: str = "ngram"
+    max_kv_usage: float = 0.85
+    max_batch: int = 32
+    think_start: Optional[str] = None
+    think_end: Optional[str] = None
+    force_answer_text: Optional[str] = None
+
+
+# custom_params key -> RequestConfig field, and the env variable of the same knob.
+_REQUEST_KEYS = {
+    "ssr": ("enabled", "SSR_ENABLED"),
+    "ssr_checkpoints": ("checkpoints", "SSR_CHECKPOINTS"),
+    "ssr_every": ("every", "SSR_EVERY"),
+    "ssr_max_drafts": ("max_drafts", "SSR_MAX_DRAFTS"),
+    "ssr_thinking_budget": ("thinking_budget", "SSR_THINKING_BUDGET"),
+    "ssr_fractions": ("fractions", "SSR_FRACTIONS"),
+    "ssr_max_draft_tokens": ("draft_max_tokens", "SSR_MAX_DRAFT_TOKENS"),
+    "ssr_prefix": ("use_prefix", "SSR_PREFIX"),
+    "ssr_suffix": ("use_suffix", "SSR_SUFFIX"),
+}
+_BOOL_FIELDS = {"enabled", "use_prefix", "use_suffix"}
+_INT_LIST_FIELDS = {"checkpoints"}
+_FLOAT_LIST_FIELDS = {"fractions"}
+DRAFT_KEY = "ssr_draft"
+
+
+def _is_draft_key(key: str) -> bool:
+    return key == DRAFT_KEY or (key.startswith(DRAFT_KEY + "_") and key[len(DRAFT_KEY) + 1:].isdigit())
+
+
+def _coerce(field: str, value: Any, name: str) -> Any:
+    """Type-check one value from JSON (or a parsed env string); ``name`` is used in errors."""
+    if value is None:
+        if field in _BOOL_FIELDS or field == "draft_max_tokens":
+            raise SSRConfigError(f"{name} must not be null")
+        return None
+    if field in _BOOL_FIELDS:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise SSRConfigError(f"{name} must be a boolean, got {value!r}")
+    if field in _INT_LIST_FIELDS or field in _FLOAT_LIST_FIELDS:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not value:
+            raise SSRConfigError(f"{name} must be a non-empty list of numbers, got {value!r}")
+        kind = int if field in _INT_LIST_FIELDS else (int, float)
+        for i, v in enumerate(value):
+            if isinstance(v, bool) or not isinstance(v, kind):
+                want = "an integer" if kind is int else "a number"
+                raise SSRConfigError(f"{name}[{i}] must be {want}, got {v!r}")
+        return tuple(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SSRConfigError(f"{name} must be an integer, got {value!r}")
+    if field == "draft_max_tokens" and not 1 <= value <= MAX_DRAFT_TOKENS:
+        raise SSRConfigError(f"{name} must be in [1, {MAX_DRAFT_TOKENS}], got {value}")
+    return value
+
+
+def _check_schedule(cfg: RequestConfig, names: Mapping[str, str]) -> RequestConfig:
+    """Build the schedule once so a bad combination fails here, naming the offending setting."""
+    try:
+        cfg.schedule()
+    except ValueError as e:
+        msg = str(e)
+        for field in sorted(names, key=len, reverse=True):
+            msg = re.sub(rf"\b{field}\b", names[field], msg)
+        raise SSRConfigError(msg) from None
+    return cfg
+
+
+_SCHEDULE_FIELD_NAMES = {  # BudgetSchedule's argument names -> RequestConfig fields
+    "checkpoints": "checkpoints",
+    "fractions": "fractions",
+    "thinking_budget": "thinking_budget",
+    "every": "every",
+    "max_drafts": "max_drafts",
+    "draft_len": "draft_max_tokens",
+}
+
+
+def parse_request(custom_params: Optional[Mapping[str, Any]], defaults: RequestConfig) -> RequestConfig:
+    """The request's config: ``defaults`` overridden by its ``ssr_*`` custom params.
+
+    Raises :class:`SSRConfigError` naming the key (``custom_params.ssr_every``, ...).
+    """
+    if not custom_params:
+        return defaults
+    updates = {}
+    for key, value in custom_params.items():
+        if not isinstance(key, str) or not key.startswith("ssr"):
+            continue
+        if _is_draft_key(key):
+            continue  # client drafts: checked by client_drafts()
+        if key not in _REQUEST_KEYS:
+            known = ", ".join(sorted([*_REQUEST_KEYS, DRAFT_KEY, DRAFT_KEY + "_<k>"]))
+            raise SSRConfigError(f"custom_params.{key} is not an SSR parameter (known: {known})")
+        field = _REQUEST_KEYS[key][0]
+        updates[field] = _coerce(field, value, f"custom_params.{key}")
+    if not updates:
+        return defaults
+    # An explicit schedule key replaces the default schedule instead of merging with it.
+    if {"every", "fractions"} & updates.keys() and "checkpoints" not in updates:
+        updates["checkpoints"] = None
+    cfg = dataclasses.replace(defaults, **updates)
+    names = {f: f"custom_params.{k}" for k, (f, _) in _REQUEST_KEYS.items()}
+    return _check_schedule(cfg, {bf: names[rf] for bf, rf in _SCHEDULE_FIELD_NAMES.items()})
+
+
+def client_drafts(custom_params: Optional[Mapping[str, Any]], vocab_size: Optional[int] = None) -> list:
+    """Draft answers supplied by the client (``ssr_draft``, ``ssr_draft_0``, ...), in key order."""
+    if not custom_params:
+        return []
+    keys = [k for k in custom_params if isinstance(k, str) and _is_draft_key(k)]
+    if len(keys) > MAX_CLIENT_DRAFTS:
+        raise SSRConfigError(f"custom_params: at most {MAX_CLIENT_DRAFTS} ssr_draft keys, got {len(keys)}")
+
+    def order(k: str):
+        return -1 if k == DRAFT_KEY else int(k[len(DRAFT_KEY) + 1:])
+
+    drafts = []
+    for k in sorted(keys, key=order):
+        toks = custom_params[k]
+        if not isinstance(toks, (list, tuple)):
+            raise SSRConfigError(f"custom_params.{k} must be a list of token ids, got {type(toks).__name__}")
+        if len(toks) > MAX_DRAFT_TOKENS:
+            raise SSRConfigError(f"custom_params.{k} has {len(toks)} tokens, more than {MAX_DRAFT_TOKENS}")
+        for i, t in enumerate(toks):
+            if isinstance(t, bool) or not isinstance(t, int) or t < 0 or (vocab_size is not None and t >= vocab_size):
+                rng = f" in [0, {vocab_size})" if vocab_size is not None else " >= 0"
+                raise SSRConfigError(f"custom_params.{k}[{i}] must be a token id{rng}, got {t!r}")
+        drafts.append(list(toks))
+    return drafts
+
+
+def validate_custom_params(custom_params: Optional[Mapping[str, Any]], defaults: RequestConfig,
+                           vocab_size: Optional[int] = None) -> None:
+    parse_request(custom_params, defaults)
+    client_drafts(custom_params, vocab_size)
+
+
+def _env_value(field: str, raw: str, var: str) -> Any:
+    raw = raw.strip()
+    try:
+        if field in _BOOL_FIELDS:
+            low = raw.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if field in _INT_LIST_FIELDS:
+            return [int(x) for x in raw.split(",") if x.strip()]
+        if field in _FLOAT_LIST_FIELDS:
+            return [float(x) for x in raw.split(",") if x.strip()]
+        if raw.lower() in ("", "none"):
+            return None
+        return int(raw)
+    except ValueError:
+        raise SSRConfigError(f"environment variable {var}={raw!r} is not a valid {field} value") from None
+
+
+def _env_float(env: Mapping[str, str], var: str, default: float, lo: float, hi: float) -> float:
+    if var not in env:
+        return default
+    try:
+        v = float(env[var])
+    except ValueError:
+        raise SSRConfigError(f"environment variable {var}={env[var]!r} must be a number") from None
+    if not lo <= v <= hi:
+        raise SSRConfigError(f"environment variable {var}={v} must be in [{lo}, {hi}]")
+    return v
+
+
+def server_config_from_env(env: Optional[Mapping[str, str]] = None) -> ServerConfig:
+    """Read and validate the ``SSR_*`` environment; raises :class:`SSRConfigError` naming the variable."""
+    env = os.environ if env is None else env
+    updates = {}
+    names = {}
+    for key, (field, var) in _REQUEST_KEYS.items():
+        names[field] = var
+        if var in env:
+            updates[field] = _coerce(field, _env_value(field, env[var], var), var)
+    if {"every", "fractions"} & updates.keys() and "checkpoints" not in updates:
+        updates["checkpoints"] = None
+    defaults = _check_schedule(
+        dataclasses.replace(RequestConfig(), **updates),
+        {bf: names[rf] for bf, rf in _SCHEDULE_FIELD_NAMES.items()},
+    )
+    fallback = env.get("SSR_REASONING_FALLBACK", "ngram").strip().lower()
+    if fallback not in ("ngram", "none"):
+        raise SSRConfigError(f"environment variable SSR_REASONING_FALLBACK={fallback!r} must be 'ngram' or 'none'")
+    max_batch = env.get("SSR_MAX_BATCH", "32")
+    if not max_batch.strip().isdigit() or int(max_batch) < 1:
+        raise SSRConfigError(f"environment variable SSR_MAX_BATCH={max_batch!r} must be a positive integer")
+    return ServerConfig(
+        defaults=defaults,
+        reasoning_fallback=fallback,
+        max_kv_usage=_env_float(env, "SSR_MAX_KV_USAGE", 0.85, 0.0, 1.0),
+        max_batch=int(max_batch),
+        think_start=env.get("SSR_THINK_START") or None,
+        think_end=env.get("SSR_THINK_END") or None,
+        force_answer_text=env.get("SSR_FORCE_ANSWER_TEXT"),
+    )

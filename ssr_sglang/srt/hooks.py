@@ -1,0 +1,164 @@
+"""SGLang hooks the SSR algorithm installs (through ``HookRegistry``, in every SGLang process).
+
+Scheduler process:
+* ``Scheduler.process_batch_result`` (around): after each batch, settle finished requests and
+  fork the drafts whose checkpoints were reached;
+* ``Scheduler.get_output_streamer_class`` (replace): an output streamer that hides draft requests
+  and attaches ``meta_info["ssr"]``;
+* ``Scheduler.send_abort_output`` (around): drafts aborted while queued send nothing to clients;
+* ``SchedulerInternalStateController._add_speculative`` (after): ``/server_info`` totals.
+
+Tokenizer manager (HTTP) process:
+* ``TokenizerManager._create_tokenized_object`` (around): reject bad ``ssr_*`` custom params with a
+  400 naming the field, before anything is scheduled;
+* ``TokenizerManager.update_request_meta_info`` (around): ``meta_info["ssr"]`` as one dict.
+
+Every hook is a pass-through unless this process serves ``--speculative-algorithm SSR``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+logger = logging.getLogger(__name__)
+
+_installed = False
+SCHED = "sglang.srt.managers.scheduler.Scheduler"
+TOKENIZER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(f"{SCHED}.process_batch_result", _process_batch_result, HookType.AROUND)
+    HookRegistry.register(f"{SCHED}.get_output_streamer_class", _output_streamer_class, HookType.REPLACE)
+    HookRegistry.register(f"{SCHED}.send_abort_output", _send_abort_output, HookType.AROUND)
+    HookRegistry.register(
+        "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController._add_speculative",
+        _add_speculative, HookType.AFTER,
+    )
+    HookRegistry.register(f"{TOKENIZER}._create_tokenized_object", _create_tokenized_object, HookType.AROUND)
+    HookRegistry.register(f"{TOKENIZER}.update_request_meta_info", _update_request_meta_info, HookType.AROUND)
+
+
+def _worker():
+    from ssr_sglang.srt import active
+
+    return active.WORKER
+
+
+# -- scheduler ---------------------------------------------------------------
+def _process_batch_result(original, self, batch, result, *args, **kwargs):
+    out = original(self, batch, result, *args, **kwargs)
+    w = _worker()
+    if w is not None and batch is not None and (batch.forward_mode.is_decode() or batch.forward_mode.is_extend()):
+        from ssr_sglang.srt import drafts
+
+        for req in batch.reqs:
+            if req.finished():
+                drafts.on_finished(self, w, req)
+        drafts.maybe_fork(self, w, batch)
+    return out
+
+
+def _send_abort_output(original, self, abort_req, req, *args, **kwargs):
+    w = _worker()
+    if w is not None and req is not None and w.is_hidden(req.rid):
+        from ssr_sglang.srt import drafts
+
+        drafts.on_aborted_in_queue(w, req)
+        return None
+    return original(self, abort_req, req, *args, **kwargs)
+
+
+def _add_speculative(result, self, state, *args, **kwargs):
+    w = _worker()
+    if w is not None:
+        state["ssr"] = w.totals.as_dict()
+        state["ssr"]["active_requests"] = sum(1 for s in w.requests.values() if not s.is_draft)
+        state["ssr"]["active_drafts"] = sum(1 for s in w.requests.values() if s.is_draft)
+    return result
+
+
+def _output_streamer_class(self):
+    return ssr_output_streamer_class()
+
+
+@functools.lru_cache(maxsize=1)
+def ssr_output_streamer_class():
+    from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
+
+    from ssr_sglang.srt.metrics import META_KEY
+
+    class SSROutputStreamer(SchedulerOutputStreamer):
+        """Hides draft requests from clients; adds ``meta_info["ssr"]`` to finished SSR requests."""
+
+        __slots__ = ()
+        has_additional_customized_info = True
+
+        def stream_output(self, reqs, return_logprob, skip_req=None):
+            w = _worker()
+            if w is not None:
+                visible = [r for r in reqs if not w.is_hidden(r.rid)]
+                if len(visible) != len(reqs):
+                    if not visible:
+                        return None
+                    reqs = visible
+            return SchedulerOutputStreamer.stream_output(self, reqs, return_logprob, skip_req)
+
+        def should_build_additional_customized_info(self) -> bool:
+            return _worker() is not None
+
+        def build_additional_customized_info(self, reqs):
+            w = _worker()
+            values = []
+            for r in reqs:
+                st = w.requests.get(r.rid) if r.finished() else None
+                values.append([st.finish(r.output_ids)] if st is not None else [])
+            return {META_KEY: values}
+
+        def is_request_level_customized_info_key(self, key: str) -> bool:
+            return key == META_KEY or SchedulerOutputStreamer.is_request_level_customized_info_key(self, key)
+
+    return SSROutputStreamer
+
+
+# -- tokenizer manager -------------------------------------------------------
+def _serves_ssr(tm) -> bool:
+    algo = getattr(tm.server_args, "speculative_algorithm", None)
+    return isinstance(algo, str) and algo.upper() == "SSR"
+
+
+def _create_tokenized_object(original, self, obj, *args, **kwargs):
+    tokenized = original(self, obj, *args, **kwargs)
+    params = getattr(getattr(tokenized, "sampling_params", None), "custom_params", None)
+    if params and _serves_ssr(self):
+        from ssr_sglang.srt.config import validate_custom_params
+
+        validate_custom_params(params, _server_defaults(), self.model_config.vocab_size)
+    return tokenized
+
+
+@functools.lru_cache(maxsize=1)
+def _server_defaults():
+    from ssr_sglang.srt.config import server_config_from_env
+
+    return server_config_from_env().defaults
+
+
+def _update_request_meta_info(original, self, meta_info, state, customized_info, index, finish_reason, *a, **kw):
+    from ssr_sglang.srt.metrics import META_KEY
+
+    out = original(self, meta_info, state, customized_info, index, finish_reason, *a, **kw)
+    value = meta_info.get(META_KEY)
+    if isinstance(value, list):
+        if value:
+            meta_info[META_KEY] = value[-1]
+        else:
+            del meta_info[META_KEY]
+    return out

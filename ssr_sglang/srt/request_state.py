@@ -1,0 +1,229 @@
+"""Per-request SSR state inside the scheduler process: phase, drafts, proposer, counters.
+
+Everything here is decided from token ids and counts only, so every tensor-parallel rank (each
+runs its own scheduler and worker) makes the same decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence
+
+from ssr_sglang.core.proposer import DraftProposer, ProposerConfig
+from ssr_sglang.core.think_markers import ThinkEndMatcher
+from ssr_sglang.srt.config import RequestConfig
+
+UNDECIDED, REASONING, ANSWER, PLAIN = "undecided", "reasoning", "answer", "plain"
+# How many leading output tokens may pass before a request that has not opened a think block is
+# treated as non-reasoning (``PLAIN``: no drafts, output exactly as plain decoding).
+THINK_START_WINDOW = 4
+
+
+@dataclasses.dataclass
+class ThinkIds:
+    """Token ids of the think markers for the served tokenizer."""
+
+    start: List[int]
+    end: List[int]
+    force: List[int]  # appended to a draft's input to make it answer now
+    force_tail: List[int]  # part of ``force`` after the think end: starts every draft answer
+
+
+@dataclasses.dataclass
+class DraftBranch:
+    rid: str
+    draft_id: int  # id in the parent's proposer
+    checkpoint: int  # reasoning tokens at the fork
+    req: object = None  # the hidden Req, once the scheduler created it
+    consumed: int = 0  # draft output tokens already handed to the proposer
+    finished: bool = False
+
+
+@dataclasses.dataclass
+class SSRCounters:
+    drafts_started: int = 0
+    drafts_finished: int = 0
+    drafts_skipped: int = 0
+    draft_tokens: int = 0
+    reasoning_tokens: int = 0
+    answer_tokens: int = 0
+    answer_verify_steps: int = 0
+    accepted_prefix: int = 0
+    accepted_suffix: int = 0
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        steps = self.answer_verify_steps
+        d["answer_accept_length"] = round(self.answer_tokens / steps, 4) if steps else None
+        return d
+
+
+class RequestSSR:
+    """SSR bookkeeping of one client request (``is_draft=False``) or one hidden draft request."""
+
+    def __init__(self, rid: str, cfg: RequestConfig, ids: ThinkIds, prompt_tail: Sequence[int],
+                 num_nodes: int, is_draft: bool = False, parent_rid: Optional[str] = None):
+        self.rid = rid
+        self.cfg = cfg
+        self.is_draft = is_draft
+        self.parent_rid = parent_rid
+        self.schedule = cfg.schedule() if cfg.enabled and not is_draft else None
+        self.counters = SSRCounters()
+        self.drafts: List[DraftBranch] = []
+        self._proposer: Optional[DraftProposer] = None
+        self._num_nodes = num_nodes
+        self._ids = ids
+        self._end = ThinkEndMatcher(ids.end) if ids.end else None
+        self._scanned = 0  # output tokens fed to the think-end matcher
+        self._offset = 0  # output index of the matcher's first token
+        self.answer_start = -1  # index in output_ids where the answer begins
+        # Bookkeeping of the last proposal, settled when the next tokens arrive.
+        self._proposed_at = -1
+        self._ssr_step = False
+        if is_draft:
+            self.phase = ANSWER  # a draft starts right after its forced think end
+            self.answer_start = 0
+        elif not cfg.enabled or not ids.end:
+            self.phase = PLAIN
+        elif _opens_think_block(prompt_tail, ids):
+            self.phase = REASONING
+        else:
+            self.phase = UNDECIDED
+
+    # -- phase tracking -------------------------------------------------
+    def advance(self, output_ids: Sequence[int]) -> None:
+        """Consume new output tokens: detect the think start/end, count reasoning tokens."""
+        n = len(output_ids)
+        if self.phase == UNDECIDED:
+            window = THINK_START_WINDOW + len(self._ids.start)
+            k = _find(output_ids[:window], self._ids.start) if self._ids.start else -1
+            if k >= 0:
+                self.phase = REASONING
+                self._scanned = self._offset = k + len(self._ids.start)
+            elif n >= window:
+                self.phase = PLAIN
+        if self.phase == REASONING and n > self._scanned:
+            at = self._end.feed(output_ids[self._scanned:n])
+            self._scanned = n
+            if at >= 0:
+                end_index = self._offset + at  # output index of the last think-end token
+                self.answer_start = end_index + 1
+                self.phase = ANSWER
+                self.counters.reasoning_tokens = end_index + 1
+            else:
+                self.counters.reasoning_tokens = n
+
+    @property
+    def reasoning_len(self) -> int:
+        return self.counters.reasoning_tokens
+
+    # -- drafts ---------------------------------------------------------
+    @property
+    def proposer(self) -> DraftProposer:
+        if self._proposer is None:
+            self._proposer = DraftProposer(ProposerConfig(
+                max_tokens=max(1, self._num_nodes - 1),
+                use_prefix=self.cfg.use_prefix,
+                use_suffix=self.cfg.use_suffix,
+            ))
+        return self._proposer
+
+    def add_draft(self, rid: str, checkpoint: int, seed: Sequence[int] = ()) -> DraftBranch:
+        draft_id = self.proposer.add_draft(list(self._ids.force_tail) + list(seed))
+        branch = DraftBranch(rid=rid, draft_id=draft_id, checkpoint=checkpoint)
+        self.drafts.append(branch)
+        return branch
+
+    def add_client_draft(self, tokens: Sequence[int]) -> None:
+        self.proposer.add_draft(tokens)
+
+    def pull_drafts(self) -> None:
+        """Hand newly generated draft tokens to the proposer (drafts decode in the same batches)."""
+        for b in self.drafts:
+            if b.req is None or b.finished and b.consumed >= len(b.req.output_ids):
+                continue
+            out = b.req.output_ids
+            if len(out) > b.consumed:
+                new = out[b.consumed:]
+                self.proposer.extend_draft(b.draft_id, new)
+                self.counters.draft_tokens += len(new)
+                b.consumed = len(out)
+
+    def live_drafts(self) -> List[DraftBranch]:
+        return [b for b in self.drafts if not b.finished]
+
+    # -- proposals and their outcome -----------------------------------
+    @property
+    def has_drafts(self) -> bool:
+        return self._proposer is not None and self._proposer.num_drafts > 0
+
+    def settle(self, output_ids: Sequence[int]) -> None:
+        """Account for the verify step whose result is now in ``output_ids``."""
+        if self._proposed_at < 0:
+            return
+        got = len(output_ids) - self._proposed_at  # accepted proposals + the bonus token
+        self._proposed_at = -1
+        if got <= 0:
+            return
+        c = self.counters
+        c.answer_verify_steps += 1
+        c.answer_tokens += got
+        if not self._ssr_step:
+            return
+        accepted = got - 1
+        p = self._proposer
+        branch = 0
+        if accepted and len(p._last) > 1:
+            new = list(output_ids[len(output_ids) - got:len(output_ids) - 1])
+            branch = next((i for i, b in enumerate(p._last) if b.tokens[:accepted] == new), 0)
+        before = (p.stats.accepted_prefix, p.stats.accepted_suffix)
+        p.record(accepted, branch)
+        c.accepted_prefix += p.stats.accepted_prefix - before[0]
+        c.accepted_suffix += p.stats.accepted_suffix - before[1]
+
+    def propose(self, output_ids: Sequence[int]):
+        """Branches for this step (possibly empty); the outcome is counted by :meth:`settle`."""
+        self.pull_drafts()
+        answer = output_ids[self.answer_start:]
+        branches = self.proposer.propose_tree(answer, self._num_nodes - 1)
+        self._proposed_at = len(output_ids)
+        self._ssr_step = bool(branches)
+        return branches
+
+    def note_plain_step(self, output_ids: Sequence[int]) -> None:
+        """An answer-phase step verified without an SSR proposal (n-gram or nothing)."""
+        self._proposed_at = len(output_ids)
+        self._ssr_step = False
+
+    def finish(self, output_ids: Sequence[int]) -> dict:
+        self.settle(output_ids)
+        if self.phase == ANSWER:
+            self.counters.answer_tokens = len(output_ids) - self.answer_start  # truncation at a stop
+        if self.phase == REASONING:
+            self.counters.reasoning_tokens = len(output_ids)
+        return self.metrics()
+
+    def metrics(self) -> dict:
+        d = self.counters.as_dict()
+        d["phase"] = self.phase
+        return d
+
+
+def _find(seq: Sequence[int], pat: Sequence[int]) -> int:
+    m = len(pat)
+    for i in range(len(seq) - m + 1):
+        if list(seq[i:i + m]) == list(pat):
+            return i
+    return -1
+
+
+def _opens_think_block(prompt_tail: Sequence[int], ids: ThinkIds) -> bool:
+    """Does the prompt end inside an open think block (chat templates that prefill ``<think>``)?"""
+    if not ids.start:
+        return False
+    tail = list(prompt_tail)
+    s = max((i for i in range(len(tail) - len(ids.start) + 1) if tail[i:i + len(ids.start)] == ids.start), default=-1)
+    if s < 0:
+        return False
+    after = tail[s + len(ids.start):]
+    return _find(after, ids.end) < 0

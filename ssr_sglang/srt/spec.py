@@ -1,0 +1,83 @@
+"""The ``SSR`` speculative algorithm as SGLang 0.5.23 sees it.
+
+SSR reuses NGRAM's verify path (host-side proposals laid out as a token tree), so the spec class
+answers like NGRAM (``is_ngram``) and adds what 0.5.23's ``CustomSpecAlgo`` lacks but the scheduler
+calls (``create_future_map``, ``need_topk``, ``carries_draft_hidden_states``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+
+logger = logging.getLogger(__name__)
+
+NAME = "SSR"
+DEFAULT_NUM_DRAFT_TOKENS = 12  # tree nodes per verify step, the same default as NGRAM
+DEFAULT_MAX_RUNNING_REQUESTS = 48
+
+
+class SSRSpecAlgo(CustomSpecAlgo):
+    def is_ngram(self) -> bool:
+        return True
+
+    def has_draft_kv(self) -> bool:
+        return False
+
+    def need_topk(self) -> bool:
+        return False
+
+    def carries_draft_hidden_states(self) -> bool:
+        return False
+
+    def create_future_map(self, device, req_to_token_pool, needs_cpu_seq_lens=True, needs_confidence_relay=False):
+        from sglang.srt.managers.overlap_utils import FutureMap
+
+        return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay)
+
+    def handle_server_args(self, sa) -> None:
+        """SSR's defaults, the way ``_handle_ngram`` sets NGRAM's; explicit user flags win.
+
+        ``sa`` is SGLang's write-recording stand-in: reads see the user's values, writes declare.
+        """
+        from ssr_sglang.srt.config import server_config_from_env
+
+        server_config_from_env()  # a bad SSR_* variable fails start-up here, naming it
+        if sa.device not in ("cuda", "cpu", "xpu"):
+            raise ValueError(f"--speculative-algorithm SSR supports --device cuda, cpu or xpu, not {sa.device!r}")
+        if getattr(sa, "enable_dp_attention", False):
+            raise ValueError("--speculative-algorithm SSR does not support --enable-dp-attention yet")
+        changed = {}
+        if not sa.disable_overlap_schedule:
+            sa.disable_overlap_schedule = True
+            changed["disable_overlap_schedule"] = True
+        if sa.enable_mixed_chunk:
+            sa.enable_mixed_chunk = False
+            changed["enable_mixed_chunk"] = False
+        if sa.max_running_requests is None:
+            sa.max_running_requests = DEFAULT_MAX_RUNNING_REQUESTS
+            changed["max_running_requests"] = DEFAULT_MAX_RUNNING_REQUESTS
+        if sa.speculative_num_draft_tokens is None:
+            sa.speculative_num_draft_tokens = DEFAULT_NUM_DRAFT_TOKENS
+            changed["speculative_num_draft_tokens"] = DEFAULT_NUM_DRAFT_TOKENS
+        elif sa.speculative_num_draft_tokens < 1:
+            raise ValueError(
+                f"--speculative-num-draft-tokens must be >= 1 for SSR, got {sa.speculative_num_draft_tokens}"
+            )
+        n = sa.speculative_num_draft_tokens
+        if sa.speculative_eagle_topk is None:
+            topk = min(sa.speculative_ngram_max_bfs_breadth, n)
+            sa.speculative_eagle_topk = topk
+            changed["speculative_eagle_topk"] = topk
+        if sa.speculative_num_steps is None:
+            steps = max(1, n // sa.speculative_eagle_topk)
+            sa.speculative_num_steps = steps
+            changed["speculative_num_steps"] = steps
+        if sa.speculative_eagle_topk > 1 and sa.page_size not in (None, 1) and sa.attention_backend != "flashinfer":
+            raise ValueError(
+                "--speculative-algorithm SSR with --page-size > 1 needs --attention-backend flashinfer "
+                "(token trees on paged attention); use --page-size 1 or flashinfer"
+            )
+        if changed:
+            logger.info("SSR set server defaults: %s", ", ".join(f"{k}={v}" for k, v in changed.items()))

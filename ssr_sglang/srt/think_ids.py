@@ -1,0 +1,75 @@
+"""Resolve the think markers of the served model to token ids (worker side)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from ssr_sglang.core.think_markers import ThinkMarkers, custom, markers_for
+from ssr_sglang.srt.request_state import ThinkIds
+
+logger = logging.getLogger(__name__)
+
+
+def _encode(tokenizer, text: str) -> list:
+    return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+
+def resolve_markers(tokenizer, model_type: str, reasoning_parser: Optional[str],
+                    think_start: Optional[str] = None, think_end: Optional[str] = None,
+                    force_text: Optional[str] = None) -> Optional[ThinkMarkers]:
+    """Markers from (in order) explicit settings, ``--reasoning-parser``, the model family, the vocab."""
+    if think_start and think_end:
+        base = custom(think_start, think_end)
+    elif reasoning_parser:
+        from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+        det = ReasoningParser(model_type=reasoning_parser, stream_reasoning=False, tokenizer=tokenizer).detector
+        start = getattr(det, "think_start_token", None)
+        end = getattr(det, "think_end_token", None)
+        if not start or not end:
+            logger.warning("SSR: reasoning parser %r has no think markers; SSR drafts are off", reasoning_parser)
+            return None
+        base = markers_for(model_type, default=custom(start, end, "\n" + end + "\n\n"))
+        if (base.start, base.end) != (start, end):
+            base = custom(start, end, "\n" + end + "\n\n")
+    else:
+        base = markers_for(model_type, default=None) if model_type else None
+        if base is None:
+            vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+            if "<think>" in vocab and "</think>" in vocab:
+                base = custom("<think>", "</think>", "\n</think>\n\n")
+            else:
+                return None
+    if force_text is not None:
+        base = ThinkMarkers(base.start, base.end, force_text, base.family)
+    return base
+
+
+def think_ids(tokenizer, markers: Optional[ThinkMarkers]) -> ThinkIds:
+    if markers is None or tokenizer is None:
+        return ThinkIds(start=[], end=[], force=[], force_tail=[])
+    end = _encode(tokenizer, markers.end)
+    force = _encode(tokenizer, markers.force_answer)
+    tail = []
+    for i in range(len(force) - len(end), -1, -1):
+        if force[i:i + len(end)] == end:
+            tail = force[i + len(end):]
+            break
+    else:
+        raise ValueError(
+            f"SSR_FORCE_ANSWER_TEXT={markers.force_answer!r} must contain the think end {markers.end!r}"
+        )
+    return ThinkIds(start=_encode(tokenizer, markers.start), end=end, force=force, force_tail=tail)
+
+
+def from_environment(tokenizer, model_type: str, reasoning_parser: Optional[str]) -> ThinkIds:
+    markers = resolve_markers(
+        tokenizer, model_type, reasoning_parser,
+        os.environ.get("SSR_THINK_START"), os.environ.get("SSR_THINK_END"),
+        os.environ.get("SSR_FORCE_ANSWER_TEXT"),
+    )
+    ids = think_ids(tokenizer, markers)
+    logger.info("SSR think markers: %s -> start=%s end=%s force=%s", markers, ids.start, ids.end, ids.force)
+    return ids
