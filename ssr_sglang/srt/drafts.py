@@ -139,7 +139,10 @@ def _draft_done(worker, st, req) -> None:
                 b.req = req
             parent.pull_drafts()
             b.finished = True
-            parent.counters.drafts_finished += 1
+            c = parent.counters
+            c.drafts_finished += 1
+            c.draft_prompt_tokens += len(req.origin_input_ids)
+            c.draft_cached_tokens += req.cached_tokens
 
 
 def on_aborted_in_queue(worker, req) -> None:

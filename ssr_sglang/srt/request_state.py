@@ -45,6 +45,8 @@ class SSRCounters:
     drafts_finished: int = 0
     drafts_skipped: int = 0
     draft_tokens: int = 0
+    draft_prompt_tokens: int = 0  # prompt + reasoning + forced end, summed over drafts
+    draft_cached_tokens: int = 0  # of which served from the radix cache (the reused reasoning KV)
     reasoning_tokens: int = 0
     answer_tokens: int = 0
     answer_verify_steps: int = 0

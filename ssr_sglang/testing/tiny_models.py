@@ -79,9 +79,14 @@ def build_tiny_model(
     intermediate_size: int = 128,
     vocab_size: int = 512,
     max_position_embeddings: int = 4096,
+    init_std: float = 0.2,
     seed: int = 0,
 ) -> Path:
-    """Write a random-init model folder that SGLang loads (about 0.1M parameters by default)."""
+    """Write a random-init model folder that SGLang loads (about 0.1M parameters by default).
+
+    ``init_std`` 0.2 (not the usual 0.02) makes greedy output varied instead of one repeated token,
+    which tests of speculative decoding need: some n-gram repeats, no trivial full acceptance.
+    """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
@@ -102,6 +107,7 @@ def build_tiny_model(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         torch_dtype="bfloat16",
+        initializer_range=init_std,
     )
     if arch == "qwen3":
         config, cls = Qwen3Config(head_dim=hidden_size // num_heads, **common), Qwen3ForCausalLM

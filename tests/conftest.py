@@ -1,0 +1,71 @@
+"""Shared fixtures: locally built test models and real SGLang servers on CPU.
+
+Servers are expensive (about 25 s to start), so the plain reference server is shared by the whole
+session and each module starts at most one more.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("SSR_TEST_MODEL_DIR", str(ROOT / ".cache" / "test-models"))
+LOG_DIR = ROOT / ".cache" / "test-logs"
+
+PROMPT_TOPICS = [
+    "count the items then add", "check the table row", "sum the price and qty", "list the names",
+    "what is 12 + 7", "first add then check", "return the total", "print each item",
+    "get the value", "set the id and name", "so because the answer", "then step first",
+    "def init self value", "class reasoning answer", "count in if else", "the total step",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3() -> Path:
+    from ssr_sglang.testing.tiny_models import cached_tiny_model
+
+    return cached_tiny_model("qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama() -> Path:
+    from ssr_sglang.testing.tiny_models import cached_tiny_model
+
+    return cached_tiny_model("llama")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_qwen3):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_qwen3)
+
+
+@pytest.fixture(scope="session")
+def chat_prompts(tokenizer) -> list:
+    """Token ids of chat prompts whose generation starts inside an open ``<think>`` block."""
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                           tokenize=False) for t in PROMPT_TOPICS]
+    return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+
+
+def start_server(model, *extra, env=None, name="server"):
+    from ssr_sglang.testing.server import Server, cpu_server_args
+
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    return Server(cpu_server_args(model, *extra), env=env, log_path=str(LOG_DIR / f"{name}.log"))
+
+
+@pytest.fixture(scope="session")
+def plain_server(tiny_qwen3):
+    with start_server(tiny_qwen3, name="plain") as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def plain_outputs(plain_server, chat_prompts) -> list:
+    """Greedy reference: plain decoding of every chat prompt, 128 new tokens."""
+    return [plain_server.generate(input_ids=p, max_new_tokens=128)["output_ids"] for p in chat_prompts]
