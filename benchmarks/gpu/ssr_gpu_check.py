@@ -29,7 +29,8 @@ shape-dependent bf16 rounding inside the network, reported honestly).
 
 Usage::
 
-    python3 ssr_gpu_check.py --out $OUT              # H200, ~2-4 min
+    PYTHONUNBUFFERED=1 python3 ssr_gpu_check.py --out $OUT 2>&1 | tee $OUT/log   # H200 (estimate: 2-4 min)
+    python3 ssr_gpu_check.py --quick --out $OUT      # tight device budget (~1-2 min, estimate)
     python3 ssr_gpu_check.py --tiny --device cpu     # CPU smoke test, seconds
 """
 
@@ -428,6 +429,9 @@ def answer_stats(ans):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="tiny config (CPU smoke test)")
+    ap.add_argument("--quick", action="store_true",
+                    help="short GPU run for a tight device budget: L=256, k=16 only, 1 timing repeat, "
+                         "20 verify repeats, deadline 150 s (explicit flags still win)")
     ap.add_argument("--device", default=None, help="cuda / cpu (default: cuda if available)")
     ap.add_argument("--out", default=None, help="output dir (default $OUT or ./gpu_results)")
     ap.add_argument("--L", type=int, default=None, help="answer tokens (default 512; tiny 64)")
@@ -525,6 +529,12 @@ def time_verify(runner, start: int, repeats: int, device, vocab: int):
 
 
 def run_all(args, res):
+    if args.quick and not args.tiny:
+        args.L = args.L or 256
+        args.ks = args.ks or "16"
+        args.repeats = args.repeats or 1
+        args.verify_repeats = args.verify_repeats or 20
+        args.deadline_s = args.deadline_s or 150.0
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     tiny = args.tiny
     shape = TINY if tiny else QWEN3_4B
