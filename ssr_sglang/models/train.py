@@ -27,7 +27,8 @@ from typing import List, Tuple
 
 from .tasks import CHAT_TEMPLATE, EOS, FORCE_ANSWER, SPECIAL_TOKENS, THINK_END, THINK_START, format_chat, format_full, make_example, reasoning_lines
 
-# Held-out evaluation tasks come from seeds >= EVAL_SEED_BASE; training uses a separate stream.
+# Training draws tasks from random.Random(seed + TRAIN_SEED_OFFSET) (per DataLoader worker: + 7919*(id+1));
+# evaluate.py uses random.Random(20240) and the tests random.Random(12345).
 TRAIN_SEED_OFFSET = 1_000_003
 
 
