@@ -119,11 +119,12 @@ def on_finished(scheduler, worker, req) -> None:
     if st.is_draft:
         _draft_done(worker, st, req)
         return
-    st.finish(req.output_ids)
-    for b in st.live_drafts():
-        from sglang.srt.managers.io_struct import AbortReq
+    from sglang.srt.managers.io_struct import AbortReq
 
-        scheduler.abort_request(AbortReq(rid=b.rid))
+    st.finish(req.output_ids)  # usually done already, when the final output was streamed
+    for b in st.drafts:
+        if b.cancelled and b.rid in worker.requests:
+            scheduler.abort_request(AbortReq(rid=b.rid))
     worker.drop(req.rid)
     worker.totals.add(st)
 
@@ -134,15 +135,9 @@ def _draft_done(worker, st, req) -> None:
     if parent is None:
         return
     for b in parent.drafts:
-        if b.rid == req.rid and not b.finished:
-            if b.req is None:
-                b.req = req
-            parent.pull_drafts()
-            b.finished = True
-            c = parent.counters
-            c.drafts_finished += 1
-            c.draft_prompt_tokens += len(req.origin_input_ids)
-            c.draft_cached_tokens += req.cached_tokens
+        if b.rid == req.rid:
+            b.req = b.req or req
+            parent.close_draft(b, cancelled=False)
 
 
 def on_aborted_in_queue(worker, req) -> None:

@@ -37,12 +37,14 @@ class DraftBranch:
     req: object = None  # the hidden Req, once the scheduler created it
     consumed: int = 0  # draft output tokens already handed to the proposer
     finished: bool = False
+    cancelled: bool = False  # closed because the parent finished first: to be aborted
 
 
 @dataclasses.dataclass
 class SSRCounters:
     drafts_started: int = 0
-    drafts_finished: int = 0
+    drafts_finished: int = 0  # drafts that ended on their own (EOS or their length cap)
+    drafts_cancelled: int = 0  # drafts aborted because their parent finished first
     drafts_skipped: int = 0
     draft_tokens: int = 0
     draft_prompt_tokens: int = 0  # prompt + reasoning + forced end, summed over drafts
@@ -82,6 +84,7 @@ class RequestSSR:
         # Bookkeeping of the last proposal, settled when the next tokens arrive.
         self._proposed_at = -1
         self._ssr_step = False
+        self._final: Optional[dict] = None
         if is_draft:
             self.phase = ANSWER  # a draft starts right after its forced think end
             self.answer_start = 0
@@ -154,6 +157,22 @@ class RequestSSR:
     def live_drafts(self) -> List[DraftBranch]:
         return [b for b in self.drafts if not b.finished]
 
+    def close_draft(self, b: DraftBranch, cancelled: bool) -> None:
+        """The draft ended (or is being cancelled): take its last tokens and count it once."""
+        if b.finished:
+            return
+        self.pull_drafts()
+        b.finished = True
+        b.cancelled = cancelled
+        c = self.counters
+        if cancelled:
+            c.drafts_cancelled += 1
+        else:
+            c.drafts_finished += 1
+        if b.req is not None:
+            c.draft_prompt_tokens += len(b.req.origin_input_ids)
+            c.draft_cached_tokens += b.req.cached_tokens
+
     # -- proposals and their outcome -----------------------------------
     @property
     def has_drafts(self) -> bool:
@@ -198,12 +217,17 @@ class RequestSSR:
         self._ssr_step = False
 
     def finish(self, output_ids: Sequence[int]) -> dict:
-        self.settle(output_ids)
-        if self.phase == ANSWER:
-            self.counters.answer_tokens = len(output_ids) - self.answer_start  # truncation at a stop
-        if self.phase == REASONING:
-            self.counters.reasoning_tokens = len(output_ids)
-        return self.metrics()
+        """Final accounting (idempotent): settle the last step, cancel drafts still running."""
+        if self._final is None:
+            self.settle(output_ids)
+            for b in self.live_drafts():
+                self.close_draft(b, cancelled=True)
+            if self.phase == ANSWER:
+                self.counters.answer_tokens = len(output_ids) - self.answer_start  # truncation at a stop
+            elif self.phase == REASONING:
+                self.counters.reasoning_tokens = len(output_ids)
+            self._final = self.metrics()
+        return self._final
 
     def metrics(self) -> dict:
         d = self.counters.as_dict()

@@ -16,6 +16,13 @@ def _encode(tokenizer, text: str) -> list:
     return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
 
 
+def _family_markers(model_type: str) -> Optional[ThinkMarkers]:
+    try:
+        return markers_for(model_type) if model_type else None
+    except ValueError:  # not a known reasoning family
+        return None
+
+
 def resolve_markers(tokenizer, model_type: str, reasoning_parser: Optional[str],
                     think_start: Optional[str] = None, think_end: Optional[str] = None,
                     force_text: Optional[str] = None) -> Optional[ThinkMarkers]:
@@ -31,11 +38,11 @@ def resolve_markers(tokenizer, model_type: str, reasoning_parser: Optional[str],
         if not start or not end:
             logger.warning("SSR: reasoning parser %r has no think markers; SSR drafts are off", reasoning_parser)
             return None
-        base = markers_for(model_type, default=custom(start, end, "\n" + end + "\n\n"))
-        if (base.start, base.end) != (start, end):
+        base = _family_markers(model_type)
+        if base is None or (base.start, base.end) != (start, end):
             base = custom(start, end, "\n" + end + "\n\n")
     else:
-        base = markers_for(model_type, default=None) if model_type else None
+        base = _family_markers(model_type)
         if base is None:
             vocab = tokenizer.get_vocab() if tokenizer is not None else {}
             if "<think>" in vocab and "</think>" in vocab:

@@ -1,0 +1,219 @@
+"""``--speculative-algorithm SSR`` on a real CPU server: exactness, drafts, metrics, aborts, bad input."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import threading
+import time
+
+import pytest
+import requests
+
+from conftest import start_server
+
+CHECKPOINTS = [16, 48, 96]
+SSR_ENV = {"SSR_CHECKPOINTS": ",".join(map(str, CHECKPOINTS)), "SSR_MAX_DRAFT_TOKENS": "48"}
+
+
+@pytest.fixture(scope="module")
+def ssr_server(tiny_qwen3):
+    with start_server(tiny_qwen3, "--speculative-algorithm", "SSR", "--speculative-num-draft-tokens", "8",
+                      env=SSR_ENV, name="ssr") as s:
+        yield s
+
+
+def wait_idle(server, timeout=30.0) -> dict:
+    deadline = time.time() + timeout
+    while True:
+        load = server.loads()["loads"][0]
+        if (load["num_running_reqs"] == 0 and load["num_waiting_reqs"] == 0 and load["num_used_tokens"] == 0) \
+                or time.time() > deadline:
+            return load
+        time.sleep(0.2)
+
+
+def test_greedy_identical_to_plain_batch_1(ssr_server, chat_prompts, plain_outputs):
+    forked = 0
+    for prompt, ref in zip(chat_prompts, plain_outputs):
+        out = ssr_server.generate(input_ids=prompt, max_new_tokens=128)
+        assert out["output_ids"] == ref
+        ssr = out["meta_info"]["ssr"]
+        assert ssr["phase"] in ("reasoning", "answer"), ssr
+        if ssr["reasoning_tokens"] >= CHECKPOINTS[0] + 8:  # 8: one verify step may jump past a checkpoint
+            assert ssr["drafts_started"] >= 1, ssr
+        forked += ssr["drafts_started"]
+    assert forked >= len(chat_prompts) // 2
+
+
+def test_greedy_identical_to_plain_8_concurrent(ssr_server, chat_prompts, plain_outputs):
+    with cf.ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(lambda p: ssr_server.generate(input_ids=p, max_new_tokens=128), chat_prompts[:8]))
+    assert [o["output_ids"] for o in outs] == plain_outputs[:8]
+    assert wait_idle(ssr_server)["num_used_tokens"] == 0
+
+
+def test_drafts_fork_at_checkpoints_and_reuse_reasoning_kv(ssr_server, chat_prompts):
+    out = ssr_server.generate(input_ids=chat_prompts[0], max_new_tokens=128, sampling={"ignore_eos": True})
+    ssr = out["meta_info"]["ssr"]
+    reasoning = ssr["reasoning_tokens"]
+    due = [c for c in CHECKPOINTS if c <= reasoning]
+    assert ssr["drafts_started"] + ssr["drafts_skipped"] == len(due), (ssr, out["output_ids"])
+    assert ssr["drafts_started"] == len(due)  # nothing else runs, so nothing is skipped
+    # A draft still running when its parent finishes is cancelled (aborted and freed).
+    assert ssr["drafts_finished"] + ssr["drafts_cancelled"] == ssr["drafts_started"], ssr
+    assert ssr["draft_tokens"] > 0
+    # Each draft prefills only the forced think end (+ the last reasoning token, whose KV is not written yet).
+    uncached = ssr["draft_prompt_tokens"] - ssr["draft_cached_tokens"]
+    assert ssr["draft_cached_tokens"] >= ssr["draft_prompt_tokens"] - 8 * ssr["drafts_started"], ssr
+    assert ssr["draft_cached_tokens"] >= 0.9 * ssr["draft_prompt_tokens"], ssr
+    assert uncached >= 0
+
+
+def test_client_draft_gives_long_acceptance(ssr_server, chat_prompts, tokenizer):
+    closed = chat_prompts[1] + tokenizer("\n</think>\n\n", add_special_tokens=False).input_ids
+    first = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True})
+    again = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True},
+                                custom_params={"ssr_draft": first["output_ids"]})
+    assert again["output_ids"] == first["output_ids"]
+    ssr = again["meta_info"]["ssr"]
+    assert ssr["phase"] == "answer"
+    assert ssr["answer_accept_length"] > 2, ssr
+    assert ssr["accepted_prefix"] > 48
+    # A wrong draft costs nothing in exactness.
+    wrong = [(t + 1) % 500 for t in first["output_ids"]]
+    bad = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True},
+                              custom_params={"ssr_draft": wrong})
+    assert bad["output_ids"] == first["output_ids"]
+
+
+def test_suffix_decoding_recovers_after_mismatch(ssr_server, chat_prompts, plain_outputs, tokenizer):
+    # A prompt whose output is varied: on a single repeated token every suffix match ends at an edit.
+    varied = max(range(len(plain_outputs)), key=lambda i: len(set(plain_outputs[i])))
+    closed = chat_prompts[varied] + tokenizer("\n</think>\n\n", add_special_tokens=False).input_ids
+    ref = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True})["output_ids"]
+    edited = list(ref)
+    for i in (10, 40, 70):  # a few wrong tokens: prefix verification stops at the first, suffix re-anchors
+        edited[i] = (edited[i] + 7) % 500
+    out = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True},
+                              custom_params={"ssr_draft": edited})
+    assert out["output_ids"] == ref
+    ssr = out["meta_info"]["ssr"]
+    assert ssr["accepted_suffix"] > 0, ssr
+    assert ssr["answer_accept_length"] > 2, ssr
+
+
+def test_per_request_disable(ssr_server, chat_prompts, plain_outputs):
+    out = ssr_server.generate(input_ids=chat_prompts[3], max_new_tokens=128, custom_params={"ssr": False})
+    assert out["output_ids"] == plain_outputs[3]
+    assert out["meta_info"]["ssr"]["drafts_started"] == 0
+    assert out["meta_info"]["ssr"]["phase"] == "plain"
+
+
+def test_per_request_schedule(ssr_server, chat_prompts):
+    out = ssr_server.generate(input_ids=chat_prompts[4], max_new_tokens=128, sampling={"ignore_eos": True},
+                              custom_params={"ssr_every": 20, "ssr_max_drafts": 3, "ssr_max_draft_tokens": 8})
+    ssr = out["meta_info"]["ssr"]
+    if ssr["reasoning_tokens"] >= 60:
+        assert ssr["drafts_started"] == 3
+        assert ssr["draft_tokens"] <= 3 * (8 + 7)  # a verify step may overshoot the cap by N-1 tokens
+
+
+def test_non_reasoning_prompt_is_plain(ssr_server, plain_server):
+    ref = plain_server.generate(text="count the items", max_new_tokens=48)
+    out = ssr_server.generate(text="count the items", max_new_tokens=48)
+    assert out["output_ids"] == ref["output_ids"]
+    assert out["meta_info"]["ssr"]["drafts_started"] == 0
+
+
+@pytest.mark.parametrize("params,field", [
+    ({"ssr_every": -5, "ssr_max_drafts": 2}, "ssr_every"),
+    ({"ssr_every": 10}, "ssr_max_drafts"),
+    ({"ssr_checkpoints": ["a"]}, "ssr_checkpoints"),
+    ({"ssr_checkpoints": [10**9]}, "ssr_checkpoints"),
+    ({"ssr_max_draft_tokens": 0}, "ssr_max_draft_tokens"),
+    ({"ssr": "yes"}, "ssr"),
+    ({"ssr_fractions": [0.5]}, "ssr_thinking_budget"),
+    ({"ssr_fractions": [1.5], "ssr_thinking_budget": 100}, "ssr_fractions"),
+    ({"ssr_unknown": 1}, "ssr_unknown"),
+    ({"ssr_draft": [1, -2]}, "ssr_draft"),
+    ({"ssr_draft": [10**7]}, "ssr_draft"),
+    ({"ssr_draft_x": [1]}, "ssr_draft_x"),
+])
+def test_bad_per_request_values_give_400(ssr_server, params, field):
+    r = requests.post(ssr_server.url + "/generate", timeout=30,
+                      json={"text": "hi", "sampling_params": {"max_new_tokens": 4, "custom_params": params}})
+    assert r.status_code == 400, r.text
+    assert field in r.json()["error"]["message"]
+
+
+def test_bad_values_through_openai_extra_body(ssr_server):
+    from openai import BadRequestError, OpenAI
+
+    client = OpenAI(base_url=ssr_server.url + "/v1", api_key="none")
+    model = client.models.list().data[0].id
+    with pytest.raises(BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                       extra_body={"custom_params": {"ssr_every": "often"}})
+    assert "ssr_every" in str(e.value)
+    ok = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
+                                        temperature=0, extra_body={"custom_params": {"ssr_checkpoints": [4]}})
+    assert ok.choices[0].message is not None
+
+
+def _stream_then_abort(server, body, after_chunks):
+    """Stream a request, abort it by rid after some chunks, return the number of chunks seen."""
+    seen = 0
+    with requests.post(server.url + "/generate", json={**body, "stream": True}, stream=True, timeout=120) as r:
+        for line in r.iter_lines():
+            if line.startswith(b"data:") and line != b"data: [DONE]":
+                seen += 1
+                if seen == after_chunks:
+                    requests.post(server.url + "/abort_request", json={"rid": body["rid"]}, timeout=10)
+    return seen
+
+
+@pytest.mark.parametrize("phase", ["reasoning", "draft", "answer", "disconnect"])
+def test_abort_in_each_phase_leaks_nothing(ssr_server, chat_prompts, tokenizer, phase):
+    rid = f"abort-{phase}-{time.time_ns()}"
+    sp = {"max_new_tokens": 400, "temperature": 0, "ignore_eos": True}
+    if phase == "reasoning":
+        body = {"rid": rid, "input_ids": chat_prompts[5], "sampling_params": {**sp, "custom_params": {"ssr_checkpoints": [300]}}}
+        _stream_then_abort(ssr_server, body, after_chunks=3)
+    elif phase == "draft":  # a draft forks at 16 reasoning tokens and runs for up to 200 tokens
+        body = {"rid": rid, "input_ids": chat_prompts[6],
+                "sampling_params": {**sp, "custom_params": {"ssr_checkpoints": [16], "ssr_max_draft_tokens": 200}}}
+        _stream_then_abort(ssr_server, body, after_chunks=25)
+    elif phase == "answer":
+        closed = chat_prompts[7] + tokenizer("\n</think>\n\n", add_special_tokens=False).input_ids
+        body = {"rid": rid, "input_ids": closed, "sampling_params": {**sp, "custom_params": {"ssr_draft": list(range(5, 300))}}}
+        _stream_then_abort(ssr_server, body, after_chunks=5)
+    else:  # the client goes away mid-stream while a draft runs
+        body = {"rid": rid, "input_ids": chat_prompts[8], "stream": True,
+                "sampling_params": {**sp, "custom_params": {"ssr_checkpoints": [16], "ssr_max_draft_tokens": 200}}}
+        with requests.post(ssr_server.url + "/generate", json=body, stream=True, timeout=60) as r:
+            for i, _ in enumerate(r.iter_lines()):
+                if i > 40:
+                    break
+    load = wait_idle(ssr_server)
+    assert load["num_used_tokens"] == 0 and load["num_running_reqs"] == 0, load
+    info = ssr_server.server_info()["internal_states"][0]["ssr"]
+    assert info["active_drafts"] == 0 and info["active_requests"] == 0, info
+    out = ssr_server.generate(input_ids=chat_prompts[0], max_new_tokens=16)
+    assert len(out["output_ids"]) == 16
+    log = open(ssr_server.log_path).read()
+    assert "leak" not in log.lower()
+
+
+def test_server_info_totals(ssr_server):
+    info = ssr_server.server_info()["internal_states"][0]["ssr"]
+    assert info["requests"] > 0 and info["drafts_started"] > 0
+
+
+def test_engine_runs_ssr(tiny_llama):
+    from test_cpu_serving import run_engine
+
+    plain = run_engine(tiny_llama)
+    ssr = run_engine(tiny_llama, speculative_algorithm="SSR", speculative_num_draft_tokens=8)
+    assert ssr["output_ids"] == plain["output_ids"]
+    assert "ssr" in ssr["meta"]
