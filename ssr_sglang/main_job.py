@@ -1,0 +1,235 @@
+"""The main job: SSR side by side with plain decoding (and NGRAM) on real SGLang servers.
+
+``python -m ssr_sglang.main_job`` runs held-out tasks of the bundled tiny reasoning model on CPU:
+one server per method (plain, NGRAM, SSR; same settings otherwise), every task greedy, batch 1,
+streamed so the answer phase (after ``</think>``) is timed on its own. It ends with a table: mean
+latency each way, answer-phase speedup, acceptance length, and whether every output was identical.
+
+Any other model works too: ``--model-path /models/Qwen3-8B --device cuda --prompts prompts.jsonl``
+(one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from ssr_sglang.testing.server import Server
+
+DEFAULT_SSR_ENV = {  # drafts every 16 reasoning tokens, suited to the bundled model's ~60-110-token reasoning
+    "SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKENS": "112",
+}
+METHODS = ("plain", "ngram", "ssr")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-path", default=None, help="default: the bundled tiny reasoning model")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
+    p.add_argument("--n", type=int, default=12, help="number of tasks")
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--prompts", default=None, help="JSONL file of prompts (for models other than the bundled one)")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma list of plain,ngram,ssr")
+    p.add_argument("--num-draft-tokens", type=int, default=12, help="--speculative-num-draft-tokens (NGRAM and SSR)")
+    p.add_argument("--server-args", default="", help="extra arguments for every server, one string")
+    p.add_argument("--ssr-env", default=None,
+                   help="SSR_* settings as JSON (default: %s)" % json.dumps(DEFAULT_SSR_ENV))
+    p.add_argument("--out", default="results/main_job", help="folder for results.json, results.md, latency.png")
+    p.add_argument("--seed", type=int, default=777, help="held-out task seed (training used other seeds)")
+    return p.parse_args(argv)
+
+
+# -- tasks ----------------------------------------------------------------------
+def load_tasks(args, tokenizer) -> list:
+    """``[{"input_ids": [...], "expected": ... or None}]``."""
+    if args.prompts:
+        rows = [json.loads(l) for l in Path(args.prompts).read_text().splitlines() if l.strip()][: args.n]
+        msgs = [r.get("messages") or [{"role": "user", "content": r["prompt"]}] for r in rows]
+        expected = [None] * len(rows)
+    else:
+        from ssr_sglang.models import tasks
+
+        rng = random.Random(args.seed)
+        examples = [tasks.make_example(rng) for _ in range(args.n)]
+        msgs = [[{"role": "user", "content": ex["prompt"]}] for ex in examples]
+        expected = [ex["final"] for ex in examples]
+    out = []
+    for m, exp in zip(msgs, expected):
+        text = tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+        out.append({"input_ids": tokenizer(text, add_special_tokens=False).input_ids, "expected": exp})
+    return out
+
+
+# -- one streamed request ---------------------------------------------------------
+def run_one(url: str, input_ids, max_new_tokens: int) -> dict:
+    body = {"input_ids": input_ids, "stream": True,
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "skip_special_tokens": False}}
+    t0 = time.perf_counter()
+    t_think_end = None
+    last = None
+    with requests.post(url + "/generate", json=body, stream=True, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            last = json.loads(line[5:])
+            if t_think_end is None and "</think>" in last.get("text", ""):
+                t_think_end = time.perf_counter()
+    t1 = time.perf_counter()
+    meta = last["meta_info"]
+    return {
+        "latency": t1 - t0,
+        "answer_time": (t1 - t_think_end) if t_think_end else None,
+        "reasoning_time": (t_think_end - t0) if t_think_end else None,
+        "text": last["text"],
+        "output_ids": last.get("output_ids"),
+        "completion_tokens": meta["completion_tokens"],
+        "spec_accept_length": meta.get("spec_accept_length"),
+        "ssr": meta.get("ssr"),
+    }
+
+
+def server_args(args, model: str, method: str) -> list:
+    a = ["--model-path", model, "--device", args.device, "--max-running-requests", "16"]
+    if args.device == "cpu":
+        a += ["--dtype", "bfloat16", "--max-total-tokens", "32768", "--mem-fraction-static", "0.3"]
+    a += ["--skip-server-warmup", "--log-level", "warning", "--random-seed", "0"]
+    if method == "ngram":
+        a += ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(args.num_draft_tokens)]
+    elif method == "ssr":
+        a += ["--speculative-algorithm", "SSR", "--speculative-num-draft-tokens", str(args.num_draft_tokens)]
+    return a + shlex.split(args.server_args)
+
+
+def run_method(args, model, method, tasks_, out_dir: Path) -> list:
+    from tqdm import tqdm
+
+    env = json.loads(args.ssr_env) if args.ssr_env else DEFAULT_SSR_ENV
+    env = dict(env) if method == "ssr" else {}
+    if args.device != "cpu":
+        env["SGLANG_USE_CPU_ENGINE"] = "0"
+    with Server(server_args(args, model, method), env=env, log_path=str(out_dir / f"server-{method}.log")) as s:
+        run_one(s.url, tasks_[0]["input_ids"], 8)  # warm-up
+        return [run_one(s.url, t["input_ids"], args.max_new_tokens)
+                for t in tqdm(tasks_, desc=f"{method:>5}", unit="task", file=sys.stdout)]
+
+
+# -- report -----------------------------------------------------------------------------
+def summarize(results: dict, tasks_) -> dict:
+    base = results.get("plain")
+    summary = {}
+    for method, rows in results.items():
+        lat = [r["latency"] for r in rows]
+        ans = [r["answer_time"] for r in rows if r["answer_time"] is not None]
+        s = {"mean_latency_s": statistics.mean(lat), "mean_answer_time_s": statistics.mean(ans) if ans else None}
+        if base is not None:
+            s["identical_to_plain"] = sum(r["output_ids"] == b["output_ids"] for r, b in zip(rows, base))
+            s["e2e_speedup"] = statistics.mean(b["latency"] for b in base) / s["mean_latency_s"]
+            s["per_sample_improvement_pct"] = 100 * (1 - 1 / statistics.mean(
+                b["latency"] / r["latency"] for r, b in zip(rows, base)))
+            pairs = [(b["answer_time"], r["answer_time"]) for r, b in zip(rows, base)
+                     if b["answer_time"] and r["answer_time"]]
+            if pairs:
+                s["answer_speedup"] = sum(p for p, _ in pairs) / sum(q for _, q in pairs)
+        ssr = [r["ssr"] for r in rows if r.get("ssr")]
+        if ssr:
+            steps = sum(x["answer_verify_steps"] for x in ssr)
+            s["answer_accept_length"] = sum(x["answer_tokens"] for x in ssr) / steps if steps else None
+            s["accepted_prefix"] = sum(x["accepted_prefix"] for x in ssr)
+            s["accepted_suffix"] = sum(x["accepted_suffix"] for x in ssr)
+            s["drafts_started"] = sum(x["drafts_started"] for x in ssr)
+        acc = [r["spec_accept_length"] for r in rows if r.get("spec_accept_length")]
+        if acc:
+            s["mean_spec_accept_length"] = statistics.mean(acc)
+        if tasks_[0]["expected"] is not None:
+            from ssr_sglang.models.tasks import parse_answer
+
+            s["answers_correct"] = sum(parse_answer(r["text"].split("</think>")[-1]) == t["expected"]
+                                       for r, t in zip(rows, tasks_))
+        summary[method] = s
+    return summary
+
+
+def markdown(summary: dict, n: int) -> str:
+    def f(v, fmt="{:.3f}"):
+        return "—" if v is None else fmt.format(v)
+
+    lines = ["| method | mean latency (s) | e2e speedup | mean answer phase (s) | answer-phase speedup "
+             "| answer accept length | identical to plain | correct answers |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m, s in summary.items():
+        lines.append(
+            f"| {m} | {f(s['mean_latency_s'])} | {f(s.get('e2e_speedup'), '{:.2f}x')} | {f(s['mean_answer_time_s'])} "
+            f"| {f(s.get('answer_speedup'), '{:.2f}x')} | {f(s.get('answer_accept_length'), '{:.2f}')} "
+            f"| {s.get('identical_to_plain', '—')}/{n} | {s.get('answers_correct', '—')}/{n} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    methods = list(results)
+    reasoning = [statistics.mean(r["reasoning_time"] or 0 for r in results[m]) for m in methods]
+    answer = [statistics.mean(r["answer_time"] or 0 for r in results[m]) for m in methods]
+    ax.barh(methods, reasoning, label="reasoning")
+    ax.barh(methods, answer, left=reasoning, label="answer")
+    ax.set_xlabel("mean latency per task (s)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.device == "cpu":
+        os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    from transformers import AutoTokenizer
+
+    from ssr_sglang.models import bundled_model_path
+
+    model = args.model_path or bundled_model_path()
+    if args.model_path and not args.prompts:
+        sys.exit("--model-path other than the bundled model needs --prompts (a JSONL file of prompts)")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tasks_ = load_tasks(args, tokenizer)
+    print(f"== {len(tasks_)} tasks on {model} ({args.device}); methods: {args.methods}")
+    results = {}
+    for method in args.methods.split(","):
+        results[method] = run_method(args, model, method, tasks_, out_dir)
+    summary = summarize(results, tasks_)
+    table = markdown(summary, len(tasks_))
+    stamp = time.strftime("%Y-%m-%d")
+    cmd = "python -m ssr_sglang.main_job " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    (out_dir / "results.json").write_text(json.dumps({"date": stamp, "command": cmd, "model": model,
+                                                      "summary": summary, "results": results}, indent=1))
+    (out_dir / "results.md").write_text(f"{stamp}, `{cmd}`\n\n{table}\n")
+    plot(results, out_dir / "latency.png")
+    print("\n" + table)
+    ssr = summary.get("ssr", {})
+    if "ssr" in summary and "plain" in summary:
+        print(f"\nSSR: {ssr.get('drafts_started')} drafts, answer-phase tokens accepted via prefix "
+              f"{ssr.get('accepted_prefix')} / suffix {ssr.get('accepted_suffix')}; "
+              f"every output identical to plain: {ssr.get('identical_to_plain') == len(tasks_)}")
+    print(f"results in {out_dir}/ (results.json, results.md, latency.png)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
