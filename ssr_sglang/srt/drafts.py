@@ -46,6 +46,9 @@ def maybe_fork(scheduler, worker, batch) -> None:
         if st is None or st.is_draft or st.schedule is None:
             continue
         st.advance(req.output_ids)
+        if st.phase == ANSWER:
+            _prune_for_answer(scheduler, worker, st, req)
+            continue
         if st.phase != REASONING:
             continue
         k = len(st.drafts) + st.counters.drafts_skipped
@@ -109,6 +112,32 @@ def _fork(scheduler, worker, req, st, k: int) -> None:
         return
     st.counters.drafts_started += 1
     logger.debug("SSR: draft %s forked at %d reasoning tokens", rid, st.reasoning_len)
+    # Iterative SSR: the new draft is seeded with the older drafts' tokens (verified as proposals),
+    # so an older draft still running only duplicates its work. Stop it; its tokens stay indexed.
+    for old in st.live_drafts():
+        if old is not branch:
+            _cancel(scheduler, st, old)
+
+
+def _cancel(scheduler, st, branch) -> None:
+    from sglang.srt.managers.io_struct import AbortReq
+
+    st.close_draft(branch, cancelled=True)
+    scheduler.abort_request(AbortReq(rid=branch.rid))
+
+
+def _prune_for_answer(scheduler, worker, st, req) -> None:
+    """In the answer phase a draft is only worth running while it is aligned and ahead of the answer."""
+    live = st.live_drafts()
+    if not live:
+        return
+    st.pull_drafts()
+    answer_len = len(req.output_ids) - st.answer_start
+    aligned = set(st.proposer.aligned_drafts())
+    for b in live:
+        ahead = len(st.proposer.draft_tokens(b.draft_id)) > answer_len
+        if b.draft_id not in aligned or not ahead:
+            _cancel(scheduler, st, b)
 
 
 def on_finished(scheduler, worker, req) -> None:
@@ -123,7 +152,7 @@ def on_finished(scheduler, worker, req) -> None:
 
     st.finish(req.output_ids)  # usually done already, when the final output was streamed
     for b in st.drafts:
-        if b.cancelled and b.rid in worker.requests:
+        if b.cancelled and b.rid in worker.requests:  # closed at finish, not yet aborted
             scheduler.abort_request(AbortReq(rid=b.rid))
     worker.drop(req.rid)
     worker.totals.add(st)

@@ -1,0 +1,45 @@
+"""SSR on the bundled tiny reasoning model: in-server drafts really speed up the answer phase."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import start_server
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from transformers import AutoTokenizer
+
+    from ssr_sglang.main_job import DEFAULT_SSR_ENV
+    from ssr_sglang.models import bundled_model_path, tasks
+
+    path = bundled_model_path()
+    tok = AutoTokenizer.from_pretrained(path)
+    rng = random.Random(4242)
+    examples = [tasks.make_example(rng) for _ in range(6)]
+    prompts = [tok(tasks.format_chat(ex["prompt"]), add_special_tokens=False).input_ids for ex in examples]
+    with start_server(path, "--speculative-algorithm", "SSR", env=DEFAULT_SSR_ENV, name="ssr-bundled") as s:
+        yield s, prompts, examples
+
+
+def test_in_server_drafts_are_accepted_and_exact(bundled):
+    from ssr_sglang.models.tasks import parse_answer
+
+    server, prompts, examples = bundled
+    totals = {"answer_tokens": 0, "answer_verify_steps": 0, "accepted_prefix": 0, "accepted_suffix": 0}
+    for prompt, ex in zip(prompts, examples):
+        ssr = server.generate(input_ids=prompt, max_new_tokens=512)
+        off = server.generate(input_ids=prompt, max_new_tokens=512, custom_params={"ssr": False})
+        assert ssr["output_ids"] == off["output_ids"]  # SSR off = NGRAM, itself identical to plain decoding
+        meta = ssr["meta_info"]["ssr"]
+        assert meta["phase"] == "answer" and meta["drafts_started"] >= 1, meta
+        assert meta["draft_cached_tokens"] >= meta["draft_prompt_tokens"] - 8 * meta["drafts_started"], meta
+        assert parse_answer(ssr["text"]) == ex["final"]
+        for k in totals:
+            totals[k] += meta[k]
+    accept = totals["answer_tokens"] / totals["answer_verify_steps"]
+    assert accept > 2, totals
+    assert totals["accepted_prefix"] > 0, totals
