@@ -16,6 +16,8 @@ the separately encoded think-end text.  ``--init DIR`` continues from a saved fo
 
 from __future__ import annotations
 
+from ssr_sglang.models.tokenizer_files import keep_think_tokens_in_text
+
 import argparse
 import json
 import math
@@ -58,6 +60,7 @@ def train_tokenizer(out_dir: Path, vocab_size: int = 512, seed: int = 0, n_texts
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(out_dir))
+    keep_think_tokens_in_text(out_dir)
     return fast
 
 
@@ -142,6 +145,7 @@ def save(model, tokenizer, out: Path) -> None:
     m.save_pretrained(str(out), safe_serialization=True)
     model.to(torch.float32)
     tokenizer.save_pretrained(str(out))
+    keep_think_tokens_in_text(out)
     cfg_path = out / "config.json"
     cfg = json.loads(cfg_path.read_text())
     rope = cfg.get("rope_parameters") or {}

@@ -156,6 +156,7 @@ def on_finished(scheduler, worker, req) -> None:
             scheduler.abort_request(AbortReq(rid=b.rid))
     worker.drop(req.rid)
     worker.totals.add(st)
+    worker.export_metrics()
 
 
 def _draft_done(worker, st, req) -> None:

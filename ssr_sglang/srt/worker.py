@@ -49,6 +49,13 @@ class SSRWorker(NGRAMWorker):
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
         active.WORKER = self  # one per scheduler process (each tensor-parallel rank has its own)
 
+    def export_metrics(self) -> None:
+        """Mirror the totals into Prometheus when SGLang runs with ``--enable-metrics``."""
+        from sglang.srt.runtime_context import get_observability, get_parallel
+
+        if get_observability().enable_metrics:
+            metrics.export_prometheus(self.totals, {"tp_rank": str(get_parallel().tp_rank)})
+
     # -- per-request state ------------------------------------------------
     def state_for(self, req) -> RequestSSR:
         st = self.requests.get(req.rid)

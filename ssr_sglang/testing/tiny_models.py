@@ -12,6 +12,8 @@ import os
 import random
 from pathlib import Path
 
+from ssr_sglang.models.tokenizer_files import keep_think_tokens_in_text
+
 THINK_START, THINK_END = "<think>", "</think>"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", THINK_START, THINK_END]
 
@@ -65,6 +67,7 @@ def train_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed: int
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(out_dir))
+    keep_think_tokens_in_text(out_dir)
     return fast
 
 

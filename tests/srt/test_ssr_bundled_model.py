@@ -21,7 +21,8 @@ def bundled():
     rng = random.Random(4242)
     examples = [tasks.make_example(rng) for _ in range(6)]
     prompts = [tok(tasks.format_chat(ex["prompt"]), add_special_tokens=False).input_ids for ex in examples]
-    with start_server(path, "--speculative-algorithm", "SSR", env=DEFAULT_SSR_ENV, name="ssr-bundled") as s:
+    with start_server(path, "--speculative-algorithm", "SSR", "--enable-metrics", "--reasoning-parser", "qwen3",
+                      env=DEFAULT_SSR_ENV, name="ssr-bundled") as s:
         yield s, prompts, examples
 
 
@@ -43,3 +44,29 @@ def test_in_server_drafts_are_accepted_and_exact(bundled):
     accept = totals["answer_tokens"] / totals["answer_verify_steps"]
     assert accept > 2, totals
     assert totals["accepted_prefix"] > 0, totals
+
+
+def test_prometheus_and_server_info(bundled):
+    import requests
+
+    server, prompts, _ = bundled
+    server.generate(input_ids=prompts[0], max_new_tokens=512)
+    text = requests.get(server.url + "/metrics", timeout=10).text
+    assert "sglang:ssr_accepted_prefix" in text and "sglang:ssr_drafts_started" in text
+    info = server.server_info()["internal_states"][0]["ssr"]
+    assert info["requests"] >= 1 and info["drafts_started"] >= 1
+
+
+def test_openai_chat_separates_reasoning_and_answer(bundled):
+    from openai import OpenAI
+
+    from ssr_sglang.models import tasks
+
+    server, _, examples = bundled
+    client = OpenAI(base_url=server.url + "/v1", api_key="none")
+    model = client.models.list().data[0].id
+    r = client.chat.completions.create(model=model, temperature=0, max_tokens=512,
+                                       messages=[{"role": "user", "content": examples[0]["prompt"]}])
+    msg = r.choices[0].message
+    assert tasks.parse_answer(msg.content) == examples[0]["final"]
+    assert getattr(msg, "reasoning_content", None)
