@@ -1,0 +1,101 @@
+"""SSR settings, think-marker resolution and per-request phase tracking, without a server."""
+
+from __future__ import annotations
+
+import pytest
+
+from ssr_sglang.srt.config import (RequestConfig, SSRConfigError, client_drafts, parse_request,
+                                   server_config_from_env)
+from ssr_sglang.srt.request_state import ANSWER, PLAIN, REASONING, RequestSSR, ThinkIds
+
+IDS = ThinkIds(start=[3], end=[4], force=[9, 4, 9, 9], force_tail=[9, 9])
+
+
+def test_env_defaults_and_overrides():
+    cfg = server_config_from_env({})
+    assert cfg.defaults.schedule().checkpoints() == [500]
+    cfg = server_config_from_env({"SSR_EVERY": "100", "SSR_MAX_DRAFTS": "3", "SSR_PREFIX": "0",
+                                  "SSR_REASONING_FALLBACK": "none", "SSR_MAX_KV_USAGE": "0.5"})
+    assert cfg.defaults.schedule().checkpoints() == [100, 200, 300]
+    assert cfg.defaults.use_prefix is False and cfg.reasoning_fallback == "none" and cfg.max_kv_usage == 0.5
+
+
+@pytest.mark.parametrize("env,name", [
+    ({"SSR_EVERY": "abc", "SSR_MAX_DRAFTS": "2"}, "SSR_EVERY"),
+    ({"SSR_EVERY": "10"}, "SSR_MAX_DRAFTS"),
+    ({"SSR_CHECKPOINTS": "-4"}, "SSR_CHECKPOINTS"),
+    ({"SSR_MAX_KV_USAGE": "2"}, "SSR_MAX_KV_USAGE"),
+    ({"SSR_MAX_BATCH": "0"}, "SSR_MAX_BATCH"),
+    ({"SSR_REASONING_FALLBACK": "eagle"}, "SSR_REASONING_FALLBACK"),
+    ({"SSR_ENABLED": "maybe"}, "SSR_ENABLED"),
+])
+def test_bad_env_names_the_variable(env, name):
+    with pytest.raises(SSRConfigError, match=name):
+        server_config_from_env(env)
+
+
+def test_request_overrides_replace_the_schedule():
+    d = RequestConfig()
+    assert parse_request({"ssr_every": 50, "ssr_max_drafts": 2}, d).schedule().checkpoints() == [50, 100]
+    assert parse_request({"ssr_fractions": [0.5], "ssr_thinking_budget": 300}, d).schedule().checkpoints() == [150]
+    assert parse_request({"other_key": 1}, d) is d
+    assert parse_request({"ssr": False}, d).enabled is False
+
+
+def test_client_drafts_in_key_order():
+    assert client_drafts({"ssr_draft_2": [5], "ssr_draft": [1], "ssr_draft_0": [3]}) == [[1], [3], [5]]
+    with pytest.raises(SSRConfigError, match=r"ssr_draft\[1\]"):
+        client_drafts({"ssr_draft": [1, 600]}, vocab_size=512)
+
+
+def test_phase_tracking_from_prompt_and_output():
+    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[1, 2, 3, 7], num_nodes=8)
+    assert st.phase == REASONING  # the prompt opened a think block
+    st.advance([5, 6, 7])
+    assert st.reasoning_len == 3
+    st.advance([5, 6, 7, 8, 4, 9, 9, 10])
+    assert st.phase == ANSWER and st.answer_start == 5 and st.reasoning_len == 5
+
+
+def test_think_block_opened_by_the_model_and_plain_requests():
+    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[1, 2], num_nodes=8)
+    st.advance([3, 5, 6])
+    assert st.phase == REASONING
+    st.advance([3, 5, 6, 4, 8])
+    assert st.phase == ANSWER and st.answer_start == 4
+    plain = RequestSSR("p", RequestConfig(), IDS, prompt_tail=[1, 2], num_nodes=8)
+    plain.advance([5, 6, 7, 8, 9, 10])
+    assert plain.phase == PLAIN
+    closed = RequestSSR("c", RequestConfig(), IDS, prompt_tail=[3, 5, 4, 9], num_nodes=8)
+    closed.advance([5, 6, 7, 8, 9, 10])
+    assert closed.phase == PLAIN
+
+
+def test_answer_steps_are_attributed_to_prefix_and_suffix():
+    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=4)
+    st.advance([5, 4])  # reasoning [5], think end, answer starts at index 2
+    st.add_client_draft([9, 9, 11, 12, 13, 14])
+    out = [5, 4, 9, 9]
+    st.advance(out)
+    branches = st.propose(out)
+    assert branches and branches[0].tokens == [11, 12, 13]
+    out += [11, 12, 13, 14]  # all 3 proposed tokens accepted + bonus
+    st.settle(out)
+    m = st.finish(out)
+    assert m["accepted_prefix"] == 3 and m["answer_verify_steps"] == 1 and m["answer_tokens"] == 6
+
+
+def test_think_markers_from_reasoning_parser_and_vocab():
+    from transformers import AutoTokenizer
+
+    from ssr_sglang.models import bundled_model_path
+    from ssr_sglang.srt.think_ids import resolve_markers, think_ids
+
+    tok = AutoTokenizer.from_pretrained(bundled_model_path())
+    for parser in ("qwen3", None):
+        ids = think_ids(tok, resolve_markers(tok, "qwen3", parser))
+        assert ids.start == [3] and ids.end == [4]
+        assert ids.force[1] == 4 and ids.force_tail == ids.force[2:]
+    assert resolve_markers(tok, "llama", None).end == "</think>"  # found in the vocabulary
+    with pytest.raises(ValueError, match="SSR_FORCE_ANSWER_TEXT"):
+        think_ids(tok, resolve_markers(tok, "qwen3", None, force_text="no end here"))
