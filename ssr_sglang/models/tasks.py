@@ -19,6 +19,8 @@ import random
 import re
 from typing import Dict, List, Optional, Tuple
 
+from ssr_sglang.models.tokenizer_files import CHAT_TEMPLATE, SPECIAL_TOKENS  # noqa: F401 (re-exported)
+
 __all__ = [
     "ITEMS",
     "THINK_START",
@@ -41,17 +43,8 @@ MAX_COUNT = 20
 
 THINK_START, THINK_END = "<think>", "</think>"
 EOS = "<|im_end|>"
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", EOS, THINK_START, THINK_END]
 # What SSR appends to a draft to end its reasoning (Qwen3 family markers).
 FORCE_ANSWER = "\n" + THINK_END + "\n\n"
-
-# Qwen-style template; the generation prompt opens the think block so generation starts in reasoning.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
-)
 
 
 def status_of(count: int) -> str:

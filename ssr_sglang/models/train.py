@@ -16,7 +16,7 @@ the separately encoded think-end text.  ``--init DIR`` continues from a saved fo
 
 from __future__ import annotations
 
-from ssr_sglang.models.tokenizer_files import keep_think_tokens_in_text
+from ssr_sglang.models.tokenizer_files import keep_think_tokens_in_text, train_chat_tokenizer
 
 import argparse
 import json
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import List, Tuple
 
-from .tasks import CHAT_TEMPLATE, EOS, FORCE_ANSWER, SPECIAL_TOKENS, THINK_END, THINK_START, format_chat, format_full, make_example, reasoning_lines
+from .tasks import EOS, FORCE_ANSWER, format_chat, format_full, make_example, reasoning_lines
 
 # Training draws tasks from random.Random(seed + TRAIN_SEED_OFFSET) (per DataLoader worker: + 7919*(id+1));
 # evaluate.py uses random.Random(20240) and the tests random.Random(12345).
@@ -35,33 +35,8 @@ TRAIN_SEED_OFFSET = 1_000_003
 
 
 def train_tokenizer(out_dir: Path, vocab_size: int = 512, seed: int = 0, n_texts: int = 3000):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     rng = random.Random(seed)
-    texts = [format_full(make_example(rng)) for _ in range(n_texts)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=None,
-        eos_token=EOS,
-        pad_token="<|endoftext|>",
-        unk_token=None,
-        additional_special_tokens=[THINK_START, THINK_END, "<|im_start|>"],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(str(out_dir))
-    keep_think_tokens_in_text(out_dir)
-    return fast
+    return train_chat_tokenizer([format_full(make_example(rng)) for _ in range(n_texts)], out_dir, vocab_size)
 
 
 class Encoder:

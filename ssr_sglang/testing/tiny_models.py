@@ -2,7 +2,7 @@
 
 Each folder holds a ``config.json`` (``Qwen3ForCausalLM`` or ``LlamaForCausalLM``), safetensors weights,
 and a byte-level BPE tokenizer trained locally with ``tokenizers`` that knows ``<think>`` and
-``</think>`` as single special tokens, plus a chat template that opens a think block.
+``</think>`` as single tokens, plus a chat template that opens a think block.
 """
 
 from __future__ import annotations
@@ -12,19 +12,7 @@ import os
 import random
 from pathlib import Path
 
-from ssr_sglang.models.tokenizer_files import keep_think_tokens_in_text
-
-THINK_START, THINK_END = "<think>", "</think>"
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", THINK_START, THINK_END]
-
-# A Qwen-style template: system/user/assistant turns, and the assistant's reply opens a think block
-# so that generation starts inside the reasoning phase.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
-)
+from ssr_sglang.models.tokenizer_files import train_chat_tokenizer
 
 
 def _corpus(seed: int, n_lines: int = 3000) -> list[str]:
@@ -43,32 +31,8 @@ def _corpus(seed: int, n_lines: int = 3000) -> list[str]:
 
 
 def train_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed: int = 0):
-    """Train a byte-level BPE tokenizer and save it as a ``PreTrainedTokenizerFast`` folder."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_corpus(seed), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token=None,
-        additional_special_tokens=[THINK_START, THINK_END, "<|im_start|>"],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(str(out_dir))
-    keep_think_tokens_in_text(out_dir)
-    return fast
+    """Train a byte-level BPE chat tokenizer on a small random corpus and save it to ``out_dir``."""
+    return train_chat_tokenizer(_corpus(seed), out_dir, vocab_size)
 
 
 def build_tiny_model(
