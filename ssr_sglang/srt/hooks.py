@@ -6,6 +6,7 @@ Scheduler process:
 * ``Scheduler.get_output_streamer_class`` (replace): an output streamer that hides draft requests
   and attaches ``meta_info["ssr"]``;
 * ``Scheduler.send_abort_output`` (around): drafts aborted while queued send nothing to clients;
+* ``SchedulePolicy.calc_priority`` (around): queued drafts go after every real request;
 * ``SchedulerInternalStateController._add_speculative`` (after): ``/server_info`` totals.
 
 Tokenizer manager (HTTP) process:
@@ -38,6 +39,8 @@ def install() -> None:
     HookRegistry.register(f"{SCHED}.process_batch_result", _process_batch_result, HookType.AROUND)
     HookRegistry.register(f"{SCHED}.get_output_streamer_class", _output_streamer_class, HookType.REPLACE)
     HookRegistry.register(f"{SCHED}.send_abort_output", _send_abort_output, HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority", _calc_priority,
+                          HookType.AROUND)
     HookRegistry.register(
         "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController._add_speculative",
         _add_speculative, HookType.AFTER,
@@ -63,6 +66,17 @@ def _process_batch_result(original, self, batch, result, *args, **kwargs):
             if req.finished():
                 drafts.on_finished(self, w, req)
         drafts.maybe_fork(self, w, batch)
+    return out
+
+
+def _calc_priority(original, self, waiting_queue, *args, **kwargs):
+    """Drafts yield to real requests: after SGLang orders the queue, real requests go first."""
+    out = original(self, waiting_queue, *args, **kwargs)
+    w = _worker()
+    if w is not None and len(waiting_queue) > 1:
+        drafts = [r for r in waiting_queue if w.is_hidden(r.rid)]
+        if drafts and len(drafts) < len(waiting_queue):
+            waiting_queue[:] = [r for r in waiting_queue if not w.is_hidden(r.rid)] + drafts
     return out
 
 
@@ -136,6 +150,17 @@ def _serves_ssr(tm) -> bool:
 
 def _create_tokenized_object(original, self, obj, *args, **kwargs):
     tokenized = original(self, obj, *args, **kwargs)
+    if _serves_ssr(self) and getattr(tokenized, "input_ids", None) is not None and len(tokenized.input_ids) == 0 \
+            and getattr(tokenized, "input_embeds", None) is None:
+        # SGLang 0.5.23 admits a 0-token prompt (text "" with no BOS) and its scheduler then dies in the
+        # logits processor (IndexError): the whole server goes down. Reject it here with a 400 instead.
+        raise ValueError("the prompt is empty (0 tokens): text or input_ids must have at least one token")
+    if _serves_ssr(self) and getattr(tokenized, "input_ids", None):
+        # Likewise an input id outside the vocabulary kills the scheduler (embedding IndexError).
+        vocab = self.model_config.vocab_size
+        bad = next((t for t in tokenized.input_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"input_ids must be token ids in [0, {vocab}), got {bad}")
     params = getattr(getattr(tokenized, "sampling_params", None), "custom_params", None)
     if params and _serves_ssr(self):
         from ssr_sglang.srt.config import validate_custom_params

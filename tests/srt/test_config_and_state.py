@@ -99,3 +99,18 @@ def test_think_markers_from_reasoning_parser_and_vocab():
     assert resolve_markers(tok, "llama", None).end == "</think>"  # found in the vocabulary
     with pytest.raises(ValueError, match="SSR_FORCE_ANSWER_TEXT"):
         think_ids(tok, resolve_markers(tok, "qwen3", None, force_text="no end here"))
+
+
+def test_queued_drafts_yield_to_real_requests(monkeypatch):
+    from types import SimpleNamespace
+
+    from ssr_sglang.srt import active, hooks
+
+    monkeypatch.setattr(active, "WORKER", SimpleNamespace(is_hidden=lambda rid: "#ssr-" in rid))
+    queue = [SimpleNamespace(rid=r) for r in ("a#ssr-0000", "b", "a#ssr-0001", "c")]
+
+    def lpm_like_sort(self, wq, *args, **kwargs):  # SGLang's policy put the long-prefix drafts first
+        return None
+
+    hooks._calc_priority(lpm_like_sort, None, queue)
+    assert [r.rid for r in queue] == ["b", "c", "a#ssr-0000", "a#ssr-0001"]
