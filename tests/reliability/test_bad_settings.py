@@ -1,0 +1,81 @@
+"""Invalid SSR server settings fail at start-up, naming the setting (no server comes up)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ssr_sglang.testing.server import CPU_ENV, cpu_server_args, free_port
+
+pytestmark = pytest.mark.server
+
+CASES = [  # (extra env, extra args, what the error must name): real launches, one wave in parallel
+    ({"SSR_EVERY": "abc"}, [], "SSR_EVERY"),
+    ({"SSR_MAX_KV_USAGE": "2"}, [], "SSR_MAX_KV_USAGE"),
+    ({}, ["--speculative-num-draft-tokens", "0"], "--speculative-num-draft-tokens"),
+]
+# The same check as the launcher runs (``SSRSpecAlgo.handle_server_args``), without a launch each.
+ENV_CASES = [
+    ({"SSR_MAX_KV_USAGE": "lots"}, "SSR_MAX_KV_USAGE"),
+    ({"SSR_MAX_KV_USAGE": "-0.1"}, "SSR_MAX_KV_USAGE"),
+    ({"SSR_MAX_BATCH": "0"}, "SSR_MAX_BATCH"),
+    ({"SSR_MAX_BATCH": "many"}, "SSR_MAX_BATCH"),
+    ({"SSR_CHECKPOINTS": "10,x"}, "SSR_CHECKPOINTS"),
+    ({"SSR_CHECKPOINTS": "-5"}, "SSR_CHECKPOINTS"),
+    ({"SSR_ENABLED": "maybe"}, "SSR_ENABLED"),
+    ({"SSR_REASONING_FALLBACK": "eagle"}, "SSR_REASONING_FALLBACK"),
+    ({"SSR_MAX_DRAFT_TOKENS": "-3"}, "SSR_MAX_DRAFT_TOKENS"),
+    ({"SSR_MAX_DRAFT_TOKENS": "1e9"}, "SSR_MAX_DRAFT_TOKENS"),
+    ({"SSR_EVERY": "10"}, "SSR_MAX_DRAFTS"),  # iterative SSR needs a bound on the number of drafts
+    ({"SSR_FRACTIONS": "0.5"}, "SSR_THINKING_BUDGET"),
+    ({"SSR_FRACTIONS": "1.5", "SSR_THINKING_BUDGET": "100"}, "SSR_FRACTIONS"),
+    ({"SSR_THINKING_BUDGET": "-1", "SSR_FRACTIONS": "0.5"}, "SSR_THINKING_BUDGET"),
+    ({"SSR_PREFIX": "2"}, "SSR_PREFIX"),
+]
+
+
+@pytest.mark.parametrize("env,name", ENV_CASES)
+def test_invalid_env_named(env, name):
+    from ssr_sglang.srt.config import SSRConfigError
+    from ssr_sglang.srt.spec import SSRSpecAlgo
+
+    class Args:  # what handle_server_args reads before it validates anything else
+        device = "cpu"
+
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with pytest.raises(SSRConfigError, match=name):
+            SSRSpecAlgo.handle_server_args(None, Args())
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+
+
+def _launch(model, env, args):
+    port = free_port()
+    cmd = [sys.executable, "-m", "sglang.launch_server",
+           *cpu_server_args(model, "--speculative-algorithm", "SSR", *args), "--host", "127.0.0.1", "--port", str(port)]
+    try:
+        p = subprocess.run(cmd, env={**os.environ, **CPU_ENV, **env}, capture_output=True, text=True, timeout=240,
+                           start_new_session=True)
+    except subprocess.TimeoutExpired as e:
+        return None, str(e.stdout or "")[-2000:]
+    return p.returncode, (p.stdout + p.stderr)[-4000:]
+
+
+def test_invalid_settings_fail_at_startup_naming_them(tiny_qwen3):
+    with cf.ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda c: _launch(tiny_qwen3, c[0], c[1]), CASES))
+    failures = []
+    for (env, args, name), (rc, out) in zip(CASES, results):
+        if rc in (None, 0) or name not in out:
+            failures.append((env, args, rc, out[-600:]))
+    assert not failures, failures
