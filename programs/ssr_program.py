@@ -72,6 +72,7 @@ def _ssr_body(s, prompt: str, checkpoints: Sequence[int], seed_drafts: bool, max
     s += prompt
     segments: List[str] = []
     seg_ids: List[int] = []
+    seg_meta: List[dict] = []
     forks, threads, errors, fork_points = [], [], [], []
     used, ended = 0, False
 
@@ -83,6 +84,7 @@ def _ssr_body(s, prompt: str, checkpoints: Sequence[int], seed_drafts: bool, max
         meta = s.get_meta_info(name)
         segments.append(text)
         seg_ids.extend(meta["output_ids"])
+        seg_meta.append(meta)
         used += meta["completion_tokens"]
         ended = m.end in text or meta["finish_reason"].get("type") != "length"
 
@@ -124,6 +126,7 @@ def _ssr_body(s, prompt: str, checkpoints: Sequence[int], seed_drafts: bool, max
     s.set_var("draft_ids", draft_ids)
     s.set_var("draft_meta", [f.get_meta_info("draft") for f in forks])
     s.set_var("fork_points", fork_points)
+    s.set_var("segment_meta", seg_meta)
     s.set_var("output_ids", seg_ids + (list(answer_meta["prompt_ids"][-len(_force_ids(s)):]) if forced else [])
               + answer_meta["output_ids"])
 

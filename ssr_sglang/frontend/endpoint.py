@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import json
 import threading
+import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -215,6 +216,7 @@ class SSREndpoint(RuntimeEndpoint):
             # Plain decoding cannot go past the context either: clamp instead of a 400.
             sp.max_new_tokens = params["max_new_tokens"] = max(0, ctx - len(prompt_ids))
         greedy = sp.temperature <= 1e-5 or sp.top_k == 1
+        t0 = time.time()
         if drafts and self.mode == "client" and greedy and not extra:
             obj = self._client_verified(prompt_ids, drafts, req.get("references", ()), sp)
         else:
@@ -239,6 +241,7 @@ class SSREndpoint(RuntimeEndpoint):
         self.remember(s.text_ + text, prompt_ids + keep)
         meta["output_ids"] = out_ids
         meta["prompt_ids"] = prompt_ids
+        meta["client_t0"], meta["client_t1"] = t0, time.time()  # when the request(s) were in flight
         if drafts:
             meta["drafts_sent"] = [len(d) for d in drafts]
         return text, meta
