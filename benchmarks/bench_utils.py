@@ -187,7 +187,27 @@ def ssr_env(args, model: str) -> dict:
     return dict(DEFAULT_SSR_ENV) if is_bundled(model) else {}
 
 
-def start_servers(stack: contextlib.ExitStack, specs: dict, out_dir: Path, device: str, attempts: int = 3) -> dict:
+class Running:
+    """A server started elsewhere (``--urls name=URL``): only its URL is used."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+
+
+def parse_urls(text: Optional[str]) -> dict:
+    """``"plain=http://h:1,ssr=http://h:2"`` -> ``{"plain": Running, "ssr": Running}``."""
+    out = {}
+    for part in (text or "").split(","):
+        if part.strip():
+            name, _, url = part.partition("=")
+            if not url:
+                raise SystemExit(f"--urls: expected name=URL, got {part!r}")
+            out[name.strip()] = Running(url.strip())
+    return out
+
+
+def start_servers(stack: contextlib.ExitStack, specs: dict, out_dir: Path, device: str, attempts: int = 3,
+                  running: Optional[dict] = None) -> dict:
     """Starts ``{name: (server_args, env)}`` one after the other (SGLang sizes its KV pool from the
     memory free while it loads, so servers loading at once can starve each other); returns
     ``{name: Server}``, all up."""
@@ -195,6 +215,10 @@ def start_servers(stack: contextlib.ExitStack, specs: dict, out_dir: Path, devic
 
     servers = {}
     for name, (a, env) in specs.items():
+        if running and name in running:
+            servers[name] = running[name]
+            log(f"   {name}: using the running server at {running[name].url}")
+            continue
         env = dict(env)
         if device != "cpu":
             env["SGLANG_USE_CPU_ENGINE"] = "0"

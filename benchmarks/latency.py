@@ -72,6 +72,8 @@ def parse_args(argv=None):
     p.add_argument("--side-by-side", action="store_true",
                    help="all servers up at once, each prompt sent to every method in rotated order (needs "
                         "memory for every server: about 5 GB each on CPU); default: one server at a time")
+    p.add_argument("--urls", default=None, help="servers already running, e.g. plain=http://127.0.0.1:30000,"
+                   "ssr=http://127.0.0.1:30001 (started with the same settings as this script would use)")
     p.add_argument("--out", default=None, help="default results/benchmarks/latency-<dataset>")
     return p.parse_args(argv)
 
@@ -117,7 +119,8 @@ def run_all(args, model, prompts, vs, out_dir: Path) -> tuple:
     for group in groups:
         bu.log(f"== starting server(s): {', '.join(group)}")
         with contextlib.ExitStack() as stack:
-            servers = bu.start_servers(stack, {s: specs[s] for s in group}, out_dir, args.device)
+            servers = bu.start_servers(stack, {s: specs[s] for s in group}, out_dir, args.device,
+                                       running=bu.parse_urls(args.urls))
             for s in servers.values():  # warm-up: one whole request (drafts included), not recorded
                 bu.stream_generate(s.url, prompts[0]["input_ids"], args.max_new_tokens, think_end=args.think_end)
             mine = [v for v in vs if v[1] in group]
@@ -185,6 +188,15 @@ def summarize(results: dict, prompts: list) -> dict:
                                                      if tot.get("reasoning_tokens") else None)
             s["draft_prompt_cache_hit"] = (tot["draft_cached_tokens"] / tot["draft_prompt_tokens"]
                                            if tot.get("draft_prompt_tokens") else None)
+    # Against ssr_off: same server, requests interleaved per prompt, so robust to machine drift.
+    if "ssr_off" in results:
+        off = results["ssr_off"]
+        for name, rows in results.items():
+            if name in ("plain", "ngram"):
+                continue
+            summary[name]["speedup_vs_ssr_off"] = bu.mean(r["latency"] for r in off) / summary[name]["mean_latency_s"]
+            summary[name]["improvement_pct_vs_ssr_off_per_sample"] = 100 * (
+                1 - 1 / statistics.mean(o["latency"] / r["latency"] for r, o in zip(rows, off)))
     # Drafting cost seen from the client: SSR's reasoning phase against the same server without drafts.
     if "ssr" in results and "ssr_off" in results:
         pairs = [(o["reasoning_time"], r["reasoning_time"]) for r, o in zip(results["ssr"], results["ssr_off"])
@@ -209,12 +221,14 @@ def markdown(summary: dict, results: dict, header: str) -> str:
             f(s["reasoning_tokens_per_s"], "{:.1f}"),
             f"{f(pre, '{:.1f}')} / {f(suf, '{:.1f}')}", f(s.get("answer_accept_length"), "{:.2f}"),
             "—" if drafts is None else f"{drafts / s['n']:.1f}",
+            f"{f(s.get('speedup_vs_ssr_off'), '{:.3f}x')} / {f(s.get('improvement_pct_vs_ssr_off_per_sample'), '{:+.1f}%')}",
             f"{s['identical_to_baseline']}/{s['n']}", "—" if corr is None else f"{corr}/{s['n']}",
         ])
     table = bu.md_table(
         ["method", "mean latency (s)", "speedup (ratio of means)", "improvement (per-sample)",
          "reasoning (s)", "answer (s)", "answer-phase speedup", "reasoning tok/s",
          "accepted prefix / suffix per sample", "answer accept length", "drafts per sample",
+         "vs ssr_off: speedup / improvement",
          f"identical to {next(iter(summary))}", "correct"], rows)
     names = list(results)
     per = bu.md_table(["prompt", *[f"{m} (s)" for m in names]],

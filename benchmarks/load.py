@@ -63,6 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--reasoning-parser", default=None)
     p.add_argument("--ssr-env", default=None, help="SSR_* settings as JSON (default as in latency.py)")
     p.add_argument("--think-end", default=bu.THINK_END)
+    p.add_argument("--urls", default=None, help="servers already running, by name (plain, ngram, ssr, "
+                   "ssr_nofallback, ssr_maxbatch<N>), e.g. plain=http://127.0.0.1:30000,ssr=http://127.0.0.1:30001")
     p.add_argument("--out", default="results/benchmarks/load")
     return p.parse_args(argv)
 
@@ -182,7 +184,8 @@ def main(argv=None) -> int:
     for name, (kind, env, do_sweep) in servers.items():
         bu.log(f"== {name}")
         with contextlib.ExitStack() as stack:
-            srv = bu.start_servers(stack, {name: (server_args(sargs, model, kind), env)}, out_dir, args.device)[name]
+            srv = bu.start_servers(stack, {name: (server_args(sargs, model, kind), env)}, out_dir, args.device,
+                                   running=bu.parse_urls(args.urls))[name]
             bu.stream_generate(srv.url, prompts[0]["input_ids"], args.max_new_tokens)  # warm-up, not recorded
             if args.overhead_n and name in ("plain", "ssr", "ssr_nofallback"):
                 over[name] = overhead(srv.url, prompts[: args.overhead_n], args, with_off=(name != "plain"))

@@ -1,7 +1,10 @@
 """Smoke tests of benchmarks/latency.py and benchmarks/load.py on the bundled model (CPU).
 
 Each script runs as a subprocess, as a user would run it, on a minimal setting (2 prompts, the
-plain/SSR pair); four server starts in all. The dataset loaders are checked without servers.
+plain/SSR pair). To keep to two server starts (each ~25 s on an idle machine), the module starts one
+plain and one SSR server with the scripts' own settings (``bench_utils.start_servers``,
+``main_job.server_args``) and hands them to both scripts with ``--urls``. The dataset loaders are
+checked without servers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 DATA = (ROOT / ".." / "shared" / "data").resolve()
+
+
+@pytest.fixture(scope="module")
+def urls(tmp_path_factory):
+    """A plain and an SSR server for the bundled model, as latency.py would start them."""
+    import argparse
+    import contextlib
+    import os
+
+    sys.path.insert(0, str(BENCH))
+    import bench_utils as bu
+    from ssr_sglang.main_job import server_args
+    from ssr_sglang.models import bundled_model_path
+
+    os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    model = bundled_model_path()
+    sargs = argparse.Namespace(device="cpu", num_draft_tokens=12, server_args="")
+    env = bu.ssr_env(argparse.Namespace(ssr_env=None), model)
+    specs = {"plain": (server_args(sargs, model, "plain"), {}), "ssr": (server_args(sargs, model, "ssr"), env)}
+    with contextlib.ExitStack() as stack:
+        servers = bu.start_servers(stack, specs, tmp_path_factory.mktemp("servers"), "cpu")
+        yield ",".join(f"{k}={v.url}" for k, v in servers.items())
 
 
 def run_script(name: str, *args: str, timeout: int = 900) -> str:
@@ -44,8 +69,8 @@ def test_dataset_loaders():
         assert len(text) > 500 and "{" + "html_str}" not in text and "{pseudocode}" not in text, task
 
 
-def test_latency_smoke(tmp_path):
-    out = run_script("latency.py", "--n", "2", "--methods", "plain,ssr", "--ablations",
+def test_latency_smoke(tmp_path, urls):
+    out = run_script("latency.py", "--n", "2", "--methods", "plain,ssr", "--ablations", "--urls", urls,
                      "--single-checkpoints", "32", "--max-drafts-sweep", "2", "--out", str(tmp_path))
     res = json.loads((tmp_path / "results.json").read_text())
     s = res["summary"]
@@ -64,8 +89,8 @@ def test_latency_smoke(tmp_path):
     assert "| ssr |" in (tmp_path / "results.md").read_text() and "results in" in out
 
 
-def test_load_smoke(tmp_path):
-    run_script("load.py", "--methods", "plain,ssr", "--max-batch", "", "--concurrency", "1,2",
+def test_load_smoke(tmp_path, urls):
+    run_script("load.py", "--methods", "plain,ssr", "--max-batch", "", "--concurrency", "1,2", "--urls", urls,
                "--min-requests", "2", "--overhead-n", "2", "--no-fallback-none-overhead", "--out", str(tmp_path))
     res = json.loads((tmp_path / "results.json").read_text())
     assert set(res["sweep"]) == {"plain", "ssr"}
