@@ -10,7 +10,32 @@ repeated phrases):
   ``propose`` with prefix disabled (suffix path only), ``propose_tree``,
   ``layout_tree`` (8 nodes) and ``record``.
 
-Usage: python benchmarks/bench_core.py [--out results.json] [--sizes 500,2000,8000]
+With ``--peers`` (default on; ``--no-peers`` to skip) the same token streams
+(the same draft, the same answer) also go through two peers, in the same run:
+
+* ArcticInference ``SuffixDecodingCache`` (``arctic_inference.suffix_decoding``,
+  C++ suffix trees, ``max_tree_depth=24``). *update*: the draft as the
+  request's prompt (``start_request``, bulk: builds the per-request local
+  tree) and the draft as a streamed response (``add_active_response`` one
+  token per call: local *and* global tree). *proposal*: ``speculate`` (chain,
+  ``max_spec_tokens=7``, ``max_spec_factor=1``, ``min_token_prob=0.1``, context
+  = the last 24 answer tokens) over the same greedy decode of the answer,
+  with the draft as the prompt; its record is ``add_active_response`` of the
+  accepted tokens + bonus.
+* SGLang NGRAM ``NgramCorpus`` (JIT C++ trie; constructor defaults:
+  ``max_trie_depth=18``, BFS, 8 draft tokens incl. the last token). The corpus
+  is *global* (shared by all requests), not per request. *update*: the draft
+  inserted as one sequence (``batch_put``, bulk) and as NGRAM's decode path
+  feeds it: per token, the window of the last 18 tokens (``batch_put`` per
+  token); inserts run on a background thread, so the timing includes the
+  final ``synchronize``. *proposal*: ``batch_get`` (stateful match) per step
+  over the same decode; the corpus is preloaded with the draft and each step
+  ``batch_put``s the last 18 tokens + ``synchronize`` (its record). NGRAM
+  proposes a tree of 7 tokens (BFS), verified by the best root-to-leaf path.
+
+A peer that cannot be imported is skipped with the reason in the output.
+
+Usage: python benchmarks/bench_core.py [--out results.json] [--sizes 500,2000,8000] [--no-peers]
 """
 
 from __future__ import annotations
@@ -131,13 +156,172 @@ def decode_loop(draft: list, answer: list, cfg: ProposerConfig, tree: bool, num_
     return t_prop / steps * 1e6, t_rec / steps * 1e6, steps, n / steps, t_layout / steps * 1e6
 
 
+# ---------------------------------------------------------------- peers
+ARCTIC_DEPTH = 24
+NGRAM_DEPTH = 18
+
+
+def _load_arctic():
+    try:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache
+        return SuffixDecodingCache, None
+    except Exception as e:  # noqa: BLE001
+        return None, f"arctic-inference not importable ({type(e).__name__}: {e}); "\
+                     "install with `pip install arctic-inference`"
+
+
+def _load_ngram():
+    try:
+        import logging
+        logging.disable(logging.WARNING)
+        from sglang.srt.speculative.cpp_ngram.ngram_corpus import NgramCorpus
+        NgramCorpus(draft_token_num=8)  # JIT-compiles the C++ extension once
+        return NgramCorpus, None
+    except Exception as e:  # noqa: BLE001
+        return None, f"sglang NgramCorpus unavailable ({type(e).__name__}: {e})"
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _greedy_match(answer: list, pos: int, tokens) -> int:
+    k = 0
+    n = len(answer)
+    for x in tokens:
+        if pos + k < n and answer[pos + k] == x:
+            k += 1
+        else:
+            break
+    return k
+
+
+def arctic_update(cls, tokens: list, streamed: bool) -> float:
+    def run() -> float:
+        cache = cls(max_tree_depth=ARCTIC_DEPTH)
+        t0 = time.perf_counter()
+        if streamed:
+            cache.start_request("r", [])
+            add = cache.add_active_response
+            for t in tokens:
+                add("r", (t,))
+        else:
+            cache.start_request("r", tokens)
+        return (time.perf_counter() - t0) / len(tokens) * 1e6
+    return best_of(run)
+
+
+def arctic_decode(cls, draft: list, answer: list, k: int = 7):
+    cache = cls(max_tree_depth=ARCTIC_DEPTH)
+    cache.start_request("r", draft)
+    out: list = []
+    t_prop = t_rec = 0.0
+    steps = 0
+    clock = time.perf_counter
+    n = len(answer)
+    while len(out) < n:
+        ctx = out[-ARCTIC_DEPTH:] if out else [0]
+        t0 = clock()
+        d = cache.speculate("r", ctx, max_spec_tokens=k, max_spec_factor=1.0, min_token_prob=0.1,
+                            use_tree_spec=False)
+        t1 = clock()
+        best = _greedy_match(answer, len(out), d.token_ids)
+        new = answer[len(out):len(out) + best + 1]
+        out.extend(new)
+        t2 = clock()
+        cache.add_active_response("r", new)
+        t_rec += clock() - t2
+        t_prop += t1 - t0
+        steps += 1
+    cache.stop_request("r")
+    assert out == answer
+    return t_prop / steps * 1e6, t_rec / steps * 1e6, steps, n / steps
+
+
+def ngram_update(cls, tokens: list, streamed: bool) -> float:
+    def run() -> float:
+        corpus = cls(draft_token_num=8, max_trie_depth=NGRAM_DEPTH)
+        t0 = time.perf_counter()
+        if streamed:
+            put = corpus.batch_put
+            for i in range(1, len(tokens) + 1):
+                put([tokens[max(0, i - NGRAM_DEPTH):i]])
+        else:
+            corpus.batch_put([tokens])
+        corpus.synchronize()
+        return (time.perf_counter() - t0) / len(tokens) * 1e6
+    return best_of(run)
+
+
+def ngram_decode(cls, draft: list, answer: list, num_nodes: int = 8):
+    import numpy as np
+
+    corpus = cls(draft_token_num=num_nodes, max_trie_depth=NGRAM_DEPTH)
+    corpus.batch_put([draft])
+    corpus.synchronize()
+    out: list = []
+    t_prop = t_rec = 0.0
+    steps = 0
+    clock = time.perf_counter
+    n = len(answer)
+    while len(out) < n:
+        ctx = out[-NGRAM_DEPTH:] if out else [0]
+        t0 = clock()
+        toks, mask = corpus.batch_get(["r"], [ctx], [len(out) + 1])
+        t1 = clock()
+        toks = [int(x) for x in toks]
+        m = np.asarray(mask).reshape(num_nodes, num_nodes).tolist()
+        best = 0
+        for path in corpus.leaf_paths_from_mask(toks, m):
+            best = max(best, _greedy_match(answer, len(out), path[1:]))  # path[0]: the last token
+        out.extend(answer[len(out):len(out) + best + 1])
+        t2 = clock()
+        corpus.batch_put([out[-NGRAM_DEPTH:]])
+        corpus.synchronize()
+        t_rec += clock() - t2
+        t_prop += t1 - t0
+        steps += 1
+    assert out == answer
+    return t_prop / steps * 1e6, t_rec / steps * 1e6, steps, n / steps
+
+
+def peer_rows(size: int, draft: list, answer: list, peers: dict) -> list:
+    rows = []
+    arctic, ngram = peers.get("arctic"), peers.get("ngram")
+    if arctic is not None:
+        dec = min((arctic_decode(arctic, draft, answer) for _ in range(3)), key=lambda r: r[0])
+        rows.append({"impl": "arctic SuffixDecodingCache", "draft_tokens": size,
+                     "update_bulk_us_per_token": arctic_update(arctic, draft, False),
+                     "update_streamed_us_per_token": arctic_update(arctic, draft, True),
+                     "propose_us_per_step": dec[0], "record_us_per_step": dec[1],
+                     "tokens_per_step": dec[3]})
+    if ngram is not None:
+        dec = min((ngram_decode(ngram, draft, answer) for _ in range(2)), key=lambda r: r[0])
+        rows.append({"impl": "sglang NgramCorpus", "draft_tokens": size,
+                     "update_bulk_us_per_token": ngram_update(ngram, draft, False),
+                     "update_streamed_us_per_token": ngram_update(ngram, draft, True),
+                     "propose_us_per_step": dec[0], "record_us_per_step": dec[1],
+                     "tokens_per_step": dec[3]})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None, help="write JSON results here")
     ap.add_argument("--sizes", default="500,2000,8000")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run ArcticInference SuffixDecodingCache and SGLang NgramCorpus")
     args = ap.parse_args()
     rows = []
+    peers: dict = {}
+    skipped: dict = {}
+    if args.peers:
+        for name, loader in (("arctic", _load_arctic), ("ngram", _load_ngram)):
+            cls, why = loader()
+            if cls is None:
+                skipped[name] = why
+            else:
+                peers[name] = cls
+    side: list = []
     for size in [int(s) for s in args.sizes.split(",")]:
         rng = random.Random(args.seed + size)
         draft = make_tokens(size, rng)
@@ -161,6 +345,15 @@ def main() -> None:
             "layout_tree_us_per_step": tree[4],
             "tree_tokens_per_step": tree[3],
         })
+        r = rows[-1]
+        side.append({"impl": "ssr SuffixIndex/DraftProposer (chain)", "draft_tokens": size,
+                     "update_bulk_us_per_token": r["update_bulk_us_per_token"],
+                     "update_streamed_us_per_token": r["update_streamed_us_per_token"],
+                     "propose_us_per_step": r["propose_chain_us_per_step"],
+                     "record_us_per_step": r["record_us_per_step"],
+                     "tokens_per_step": r["chain_tokens_per_step"]})
+        if peers:
+            side.extend(peer_rows(size, draft, answer, peers))
     cols = [
         ("draft", "draft_tokens", "{}"),
         ("update bulk µs/tok", "update_bulk_us_per_token", "{:.2f}"),
@@ -177,11 +370,36 @@ def main() -> None:
     print("|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(fmt.format(r[key]) for _, key, fmt in cols) + " |")
+    if args.peers:
+        print("\nSide by side on the same token streams (same draft, same answer; 7 proposed tokens/step):")
+        pcols = [("impl", "impl", "{}"), ("draft", "draft_tokens", "{}"),
+                 ("update bulk µs/tok", "update_bulk_us_per_token", "{:.2f}"),
+                 ("update streamed µs/tok", "update_streamed_us_per_token", "{:.2f}"),
+                 ("propose µs/step", "propose_us_per_step", "{:.2f}"),
+                 ("record µs/step", "record_us_per_step", "{:.2f}"),
+                 ("tok/step", "tokens_per_step", "{:.2f}")]
+        print("| " + " | ".join(c[0] for c in pcols) + " |")
+        print("|" + "---|" * len(pcols))
+        for r in side:
+            print("| " + " | ".join(fmt.format(r[key]) for _, key, fmt in pcols) + " |")
+        print("update: ssr = SuffixIndex.extend of the draft (per request); arctic = start_request(prompt=draft) "
+              "bulk / add_active_response per token (local+global tree); ngram = batch_put into the GLOBAL "
+              "corpus, whole draft / last-18-token window per token, incl. synchronize. proposal: ssr propose; "
+              "arctic speculate; ngram batch_get (BFS tree). record: ssr record; arctic add_active_response; "
+              "ngram batch_put(last 18)+synchronize.")
+        for name, why in skipped.items():
+            print(f"skipped {name}: {why}")
     if args.out:
         meta = {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
                 "machine": platform.machine(), "seed": args.seed}
+        if args.peers:
+            meta["peers"] = {"arctic": {"max_tree_depth": ARCTIC_DEPTH, "max_spec_tokens": 7,
+                                        "max_spec_factor": 1.0, "min_token_prob": 0.1},
+                             "ngram": {"max_trie_depth": NGRAM_DEPTH, "draft_token_num": 8, "match_type": "BFS",
+                                       "corpus": "global (shared by all requests)"},
+                             "skipped": skipped}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows, "side_by_side": side}, indent=2))
         print(f"wrote {args.out}")
 
 
