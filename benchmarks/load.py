@@ -210,6 +210,14 @@ def main(argv=None) -> int:
                     verdict.append(f"{name} is slower than plain at concurrency {c}: "
                                    f"{s['throughput_vs_plain']:.2f}x the throughput, "
                                    f"{s['latency_vs_plain']:.2f}x the mean latency")
+    if "ngram" in sweep:  # SSR against its nearest peer
+        for name, lv in sweep.items():
+            for c, s in lv.items():
+                if name.startswith("ssr") and c in sweep["ngram"]:
+                    r = s["output_tokens_per_s"] / sweep["ngram"][c]["output_tokens_per_s"]
+                    s["throughput_vs_ngram"] = r
+                    if r < 1:
+                        verdict.append(f"{name} is slower than NGRAM at concurrency {c}: {r:.2f}x the throughput")
     for lv in sweep.values():
         for s in lv.values():
             s.pop("output_ids")
@@ -264,7 +272,8 @@ def markdown(stamp, cmd, args, model, over, sweep, verdict, wall) -> str:
         ["server", "concurrency", "requests", "output tok/s", "throughput vs plain", "mean latency (s)",
          "p50 (s)", "p90 (s)", "latency vs plain", "reasoning tok/s per request", "drafts started / skipped",
          "identical to plain"], rows))
-    parts.append("Slower than plain: " + ("; ".join(verdict) if verdict else "nowhere in this run") + ".")
+    parts.append("Slower than plain (or SSR slower than NGRAM): " + ("; ".join(verdict) if verdict else
+                                                                     "nowhere in this run") + ".")
     return "\n\n".join(parts) + "\n"
 
 
