@@ -53,7 +53,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--max-prompt-tokens", type=int, default=None,
-                   help="keep only the last this many prompt tokens (default: context length - max new tokens)")
+                   help="keep only the last this many prompt tokens (default: context length - max new tokens - "
+                        "2 x draft tokens - 16)")
     p.add_argument("--methods", default="plain,ssr_off,ssr,ngram", help="comma list of plain,ssr_off,ssr,ngram")
     p.add_argument("--num-draft-tokens", type=int, default=12, help="--speculative-num-draft-tokens (NGRAM, SSR)")
     p.add_argument("--server-args", default="", help="extra arguments for every server, one string")
@@ -288,7 +289,10 @@ def main(argv=None) -> int:
     max_prompt = args.max_prompt_tokens
     if max_prompt is None:
         ctx = bu.context_length(model)
-        max_prompt = ctx - args.max_new_tokens if ctx and ctx > args.max_new_tokens else None
+        # keep room for speculative verify tokens too: a request that reaches the context limit
+        # mid-verify crashes a CPU NGRAM/SSR server (assign_req_to_token_pool size mismatch)
+        room = args.max_new_tokens + 2 * args.num_draft_tokens + 16
+        max_prompt = ctx - room if ctx and ctx > room else None
     prompts = bu.tokenize(bu.load_dataset(args.dataset, args.n, args.data_root, args.seed, args.prompts),
                           tokenizer, max_prompt)
     vs = variants(args, bundled)

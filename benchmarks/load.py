@@ -156,7 +156,10 @@ def main(argv=None) -> int:
     max_prompt = args.max_prompt_tokens
     if max_prompt is None:
         ctx = bu.context_length(model)
-        max_prompt = ctx - args.max_new_tokens if ctx and ctx > args.max_new_tokens else None
+        # keep room for speculative verify tokens too: a request that reaches the context limit
+        # mid-verify crashes a CPU NGRAM/SSR server (assign_req_to_token_pool size mismatch)
+        room = args.max_new_tokens + 2 * args.num_draft_tokens + 16
+        max_prompt = ctx - room if ctx and ctx > room else None
     prompts = bu.tokenize(bu.load_dataset(args.dataset, n_prompts, args.data_root, args.seed, args.prompts),
                           tokenizer, max_prompt)
     max_c = max(c for c, _ in levels)
