@@ -122,13 +122,22 @@ def assign_req_to_token_pool_cpu(
     out_cache_loc: torch.Tensor,
     pool_len: int,
 ) -> None:
-    """Scatter: ``req_to_token[rpi[i], start[i]:end[i]] = out_cache_loc[packed segment i]``."""
+    """Scatter: ``req_to_token[rpi[i], start[i]:end[i]] = out_cache_loc[packed segment i]``.
+
+    Addressed like the Triton kernel, on the flat table (``row * row_len + offset``): a segment that
+    runs past its row's end (a request at the context limit with a full verify block) continues into
+    the following memory instead of raising.
+    """
     del pool_len
     rows = [int(x) for x in req_pool_indices.reshape(-1).tolist()]
     flat = out_cache_loc.reshape(-1)
+    table = req_to_token.view(-1)
+    row_len = req_to_token.shape[1]
     for row, (s, n, o) in zip(rows, _segments(start_offset, end_offset)):
         if n:
-            req_to_token[row, s : s + n] = flat[o : o + n].to(req_to_token.dtype)
+            at = row * row_len + s
+            n = min(n, table.numel() - at)
+            table[at : at + n] = flat[o : o + n].to(req_to_token.dtype)
 
 
 def assign_extend_cache_locs_cpu(
@@ -144,9 +153,13 @@ def assign_extend_cache_locs_cpu(
     del pool_len
     rows = [int(x) for x in req_pool_indices.reshape(-1).tolist()]
     flat = out_cache_loc.view(-1)
+    table = req_to_token.view(-1)  # flat addressing, as the Triton kernel (see above)
+    row_len = req_to_token.shape[1]
     for row, (s, n, o) in zip(rows, _segments(start_offset, end_offset)):
         if n:
-            flat[o : o + n] = req_to_token[row, s : s + n].to(flat.dtype)
+            at = row * row_len + s
+            n = min(n, table.numel() - at)
+            flat[o : o + n] = table[at : at + n].to(flat.dtype)
 
 
 def assign_draft_cache_locs_contiguous_cpu(

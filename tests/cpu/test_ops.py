@@ -651,3 +651,16 @@ def test_registration():
         assert callable(ops.PYTHON_OPS[name])
     schema = str(torch.ops.sgl_kernel.decode_attention_cpu.default._schema)
     assert "Tensor(a!) k_cache" in schema and "Tensor(c!) output" in schema
+
+
+def test_cache_loc_segment_past_row_end_spills_like_the_triton_kernel():
+    """A request at the context limit: its verify block runs past the row; must not raise."""
+    from ssr_sglang.cpu.ops import assign_extend_cache_locs_cpu, assign_req_to_token_pool_cpu
+
+    table = torch.zeros(3, 8, dtype=torch.int32)
+    assign_req_to_token_pool_cpu(torch.tensor([0]), table, torch.tensor([5]), torch.tensor([11]),
+                                 torch.arange(1, 7, dtype=torch.int64), 8)
+    assert table.view(-1)[5:11].tolist() == [1, 2, 3, 4, 5, 6]
+    out = torch.zeros(6, dtype=torch.int64)
+    assign_extend_cache_locs_cpu(torch.tensor([0]), table, torch.tensor([5]), torch.tensor([11]), out, 8)
+    assert out.tolist() == [1, 2, 3, 4, 5, 6]
