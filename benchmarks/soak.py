@@ -29,7 +29,6 @@ import datetime as _dt
 import json
 import os
 import random
-import statistics
 import sys
 import threading
 import time

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
-import threading
 import time
 
 import pytest
