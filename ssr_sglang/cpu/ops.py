@@ -114,6 +114,22 @@ def _segments(start_offset: torch.Tensor, end_offset: torch.Tensor):
         out += n
 
 
+def _table_segments(req_pool_indices, req_to_token, start_offset, end_offset):
+    """``(flat table offset, length, packed offset)`` per non-empty segment.
+
+    Addressed like the Triton kernels, on the flat table (``row * row_len + start``): a segment that
+    runs past its row's end (a request at the context limit with a full verify block) continues into
+    the following memory instead of raising; only the table's own end clips it.
+    """
+    rows = [int(x) for x in req_pool_indices.reshape(-1).tolist()]
+    row_len, size = req_to_token.shape[1], req_to_token.numel()
+    for row, (s, n, o) in zip(rows, _segments(start_offset, end_offset)):
+        at = row * row_len + s
+        n = min(n, size - at)
+        if n > 0:
+            yield at, n, o
+
+
 def assign_req_to_token_pool_cpu(
     req_pool_indices: torch.Tensor,
     req_to_token: torch.Tensor,
@@ -122,22 +138,12 @@ def assign_req_to_token_pool_cpu(
     out_cache_loc: torch.Tensor,
     pool_len: int,
 ) -> None:
-    """Scatter: ``req_to_token[rpi[i], start[i]:end[i]] = out_cache_loc[packed segment i]``.
-
-    Addressed like the Triton kernel, on the flat table (``row * row_len + offset``): a segment that
-    runs past its row's end (a request at the context limit with a full verify block) continues into
-    the following memory instead of raising.
-    """
+    """Scatter: ``req_to_token[rpi[i], start[i]:end[i]] = out_cache_loc[packed segment i]`` (see ``_table_segments``)."""
     del pool_len
-    rows = [int(x) for x in req_pool_indices.reshape(-1).tolist()]
     flat = out_cache_loc.reshape(-1)
     table = req_to_token.view(-1)
-    row_len = req_to_token.shape[1]
-    for row, (s, n, o) in zip(rows, _segments(start_offset, end_offset)):
-        if n:
-            at = row * row_len + s
-            n = min(n, table.numel() - at)
-            table[at : at + n] = flat[o : o + n].to(req_to_token.dtype)
+    for at, n, o in _table_segments(req_pool_indices, req_to_token, start_offset, end_offset):
+        table[at : at + n] = flat[o : o + n].to(req_to_token.dtype)
 
 
 def assign_extend_cache_locs_cpu(
@@ -151,15 +157,10 @@ def assign_extend_cache_locs_cpu(
     """Gather: ``out_cache_loc[packed segment i] = req_to_token[rpi[i], start[i]:end[i]]``
     (entries past the packed total are left untouched)."""
     del pool_len
-    rows = [int(x) for x in req_pool_indices.reshape(-1).tolist()]
     flat = out_cache_loc.view(-1)
-    table = req_to_token.view(-1)  # flat addressing, as the Triton kernel (see above)
-    row_len = req_to_token.shape[1]
-    for row, (s, n, o) in zip(rows, _segments(start_offset, end_offset)):
-        if n:
-            at = row * row_len + s
-            n = min(n, table.numel() - at)
-            flat[o : o + n] = table[at : at + n].to(flat.dtype)
+    table = req_to_token.view(-1)
+    for at, n, o in _table_segments(req_pool_indices, req_to_token, start_offset, end_offset):
+        flat[o : o + n] = table[at : at + n].to(flat.dtype)
 
 
 def assign_draft_cache_locs_contiguous_cpu(

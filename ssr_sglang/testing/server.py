@@ -105,5 +105,15 @@ class Server:
     def loads(self) -> dict:
         return requests.get(self.url + "/v1/loads", timeout=10).json()
 
+    def wait_idle(self, timeout: float = 60.0) -> dict:
+        """Poll ``/v1/loads`` until nothing runs, waits or holds KV (or ``timeout``); return the last load."""
+        deadline = time.time() + timeout
+        while True:
+            load = self.loads()["loads"][0]
+            idle = load["num_running_reqs"] == 0 and load["num_waiting_reqs"] == 0 and load["num_used_tokens"] == 0
+            if idle or time.time() > deadline:
+                return load
+            time.sleep(0.2)
+
     def server_info(self) -> dict:
         return requests.get(self.url + "/server_info", timeout=10).json()

@@ -33,19 +33,9 @@ def fault_server(tiny_qwen3):
         yield s
 
 
-def wait_idle(server, timeout=60.0) -> dict:
-    deadline = time.time() + timeout
-    while True:
-        load = server.loads()["loads"][0]
-        if (load["num_running_reqs"] == 0 and load["num_waiting_reqs"] == 0 and load["num_used_tokens"] == 0) \
-                or time.time() > deadline:
-            return load
-        time.sleep(0.2)
-
-
 def assert_clean(server, chat_prompts, plain_outputs):
     """No stuck request, no used KV, no SSR state, no leak report; the next request is exact."""
-    load = wait_idle(server)
+    load = server.wait_idle()
     assert load["num_used_tokens"] == 0 and load["num_running_reqs"] == 0 and load["num_waiting_reqs"] == 0, load
     info = server.server_info()["internal_states"][0]["ssr"]
     assert info["active_drafts"] == 0 and info["active_requests"] == 0, info

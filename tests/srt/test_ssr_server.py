@@ -21,16 +21,6 @@ def ssr_server(tiny_qwen3):
         yield s
 
 
-def wait_idle(server, timeout=30.0) -> dict:
-    deadline = time.time() + timeout
-    while True:
-        load = server.loads()["loads"][0]
-        if (load["num_running_reqs"] == 0 and load["num_waiting_reqs"] == 0 and load["num_used_tokens"] == 0) \
-                or time.time() > deadline:
-            return load
-        time.sleep(0.2)
-
-
 def test_greedy_identical_to_plain_batch_1(ssr_server, chat_prompts, plain_outputs):
     forked = 0
     for prompt, ref in zip(chat_prompts, plain_outputs):
@@ -48,7 +38,7 @@ def test_greedy_identical_to_plain_8_concurrent(ssr_server, chat_prompts, plain_
     with cf.ThreadPoolExecutor(8) as pool:
         outs = list(pool.map(lambda p: ssr_server.generate(input_ids=p, max_new_tokens=128), chat_prompts[:8]))
     assert [o["output_ids"] for o in outs] == plain_outputs[:8]
-    assert wait_idle(ssr_server)["num_used_tokens"] == 0
+    assert ssr_server.wait_idle(30.0)["num_used_tokens"] == 0
 
 
 def test_drafts_fork_at_checkpoints_and_reuse_reasoning_kv(ssr_server, chat_prompts):
@@ -193,7 +183,7 @@ def test_abort_in_each_phase_leaks_nothing(ssr_server, chat_prompts, tokenizer, 
             for i, _ in enumerate(r.iter_lines()):
                 if i > 40:
                     break
-    load = wait_idle(ssr_server)
+    load = ssr_server.wait_idle(30.0)
     assert load["num_used_tokens"] == 0 and load["num_running_reqs"] == 0, load
     info = ssr_server.server_info()["internal_states"][0]["ssr"]
     assert info["active_drafts"] == 0 and info["active_requests"] == 0, info
