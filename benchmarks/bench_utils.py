@@ -25,6 +25,8 @@ from typing import Optional
 
 import requests
 
+from ssr_sglang.main_job import run_one
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_ROOT = (ROOT / ".." / "shared" / "data").resolve()
 THINK_END = "</think>"
@@ -249,45 +251,8 @@ def server_totals(url: str) -> Optional[dict]:
 
 
 # -- one streamed request -----------------------------------------------------------------------------
-def stream_generate(url: str, input_ids, max_new_tokens: int, custom_params: Optional[dict] = None,
-                    think_end: str = THINK_END, timeout: float = 1800) -> dict:
-    """Like :func:`ssr_sglang.main_job.run_one` (same keys) plus ``custom_params``, time to first
-    token and the number of tokens before the think end (``reasoning_tokens``; None without one)."""
-    sp = {"max_new_tokens": max_new_tokens, "temperature": 0, "skip_special_tokens": False}
-    if custom_params:
-        sp["custom_params"] = custom_params
-    body = {"input_ids": list(input_ids), "stream": True, "sampling_params": sp}
-    t0 = time.perf_counter()
-    t_first = t_think_end = None
-    reasoning_tokens = None
-    last = None
-    with requests.post(url + "/generate", json=body, stream=True, timeout=timeout) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith(b"data:") or line == b"data: [DONE]":
-                continue
-            last = json.loads(line[5:])
-            if t_first is None:
-                t_first = time.perf_counter()
-            if t_think_end is None and think_end in last.get("text", ""):
-                t_think_end = time.perf_counter()
-                reasoning_tokens = last["meta_info"].get("completion_tokens")
-    t1 = time.perf_counter()
-    if last is None:
-        raise RuntimeError(f"{url}: empty stream")
-    meta = last["meta_info"]
-    return {
-        "latency": t1 - t0,
-        "ttft": (t_first - t0) if t_first else None,
-        "reasoning_time": (t_think_end - t0) if t_think_end else None,
-        "answer_time": (t1 - t_think_end) if t_think_end else None,
-        "reasoning_tokens": reasoning_tokens,
-        "text": last["text"],
-        "output_ids": last.get("output_ids"),
-        "completion_tokens": meta["completion_tokens"],
-        "spec_accept_length": meta.get("spec_accept_length"),
-        "ssr": meta.get("ssr"),
-    }
+# One streamed greedy request (latency, ttft, reasoning/answer split, SSR metrics): the main job's.
+stream_generate = run_one
 
 
 # -- statistics ----------------------------------------------------------------------------------------
