@@ -13,8 +13,10 @@ By default one server runs at a time (a CPU server takes about 5 GB): plain, the
 On the SSR server, each prompt goes to every SSR variant one after the other (batch 1), in an
 order rotated per prompt, so ``ssr`` against ``ssr_off`` and the ablations are side by side.
 ``--side-by-side`` keeps all servers up at once and rotates over every method per prompt, so
-drift of a noisy machine spreads evenly over plain and SSR too. Requests are streamed so the reasoning phase (up to the think end, ``</think>``)
-and the answer phase are timed apart.
+drift of a noisy machine spreads evenly over plain and SSR too. Requests are streamed so the
+reasoning phase (up to the think end, ``</think>``) and the answer phase are timed apart. Each
+request starts from an empty radix cache and n-gram corpus (``/flush_cache``; ``--keep-cache`` to
+keep them): otherwise a prompt's second run on the SSR server would reuse the first run's output.
 
 Examples::
 
@@ -33,6 +35,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -75,6 +78,9 @@ def parse_args(argv=None):
                         "memory for every server: about 5 GB each on CPU); default: one server at a time")
     p.add_argument("--urls", default=None, help="servers already running, e.g. plain=http://127.0.0.1:30000,"
                    "ssr=http://127.0.0.1:30001 (started with the same settings as this script would use)")
+    p.add_argument("--keep-cache", action="store_true",
+                   help="do not flush the radix cache and n-gram corpus before each request (by default every "
+                        "request starts cold, so SSR on and off on one server cannot help each other)")
     p.add_argument("--out", default=None, help="default results/benchmarks/latency-<dataset>")
     return p.parse_args(argv)
 
@@ -131,7 +137,7 @@ def run_all(args, model, prompts, vs, out_dir: Path) -> tuple:
                 jobs += [(i, v) for v in mine[k:] + mine[:k]]  # rotate the order per prompt
             for i, (name, server, cp) in bu.tqdm(jobs, desc="requests", unit="req"):
                 r = bu.stream_generate(servers[server].url, prompts[i]["input_ids"], args.max_new_tokens,
-                                       custom_params=cp, think_end=args.think_end)
+                                       custom_params=cp, think_end=args.think_end, flush=not args.keep_cache)
                 r["id"] = prompts[i]["id"]
                 results[name][i] = r
             for s, srv in servers.items():
@@ -189,6 +195,7 @@ def summarize(results: dict, prompts: list) -> dict:
                                                      if tot.get("reasoning_tokens") else None)
             s["draft_prompt_cache_hit"] = (tot["draft_cached_tokens"] / tot["draft_prompt_tokens"]
                                            if tot.get("draft_prompt_tokens") else None)
+            s["server_stages"] = server_stages(tot, n)
     # Against ssr_off: same server, requests interleaved per prompt, so robust to machine drift.
     if "ssr_off" in results:
         off = results["ssr_off"]
@@ -198,6 +205,10 @@ def summarize(results: dict, prompts: list) -> dict:
             summary[name]["speedup_vs_ssr_off"] = bu.mean(r["latency"] for r in off) / summary[name]["mean_latency_s"]
             summary[name]["improvement_pct_vs_ssr_off_per_sample"] = 100 * (
                 1 - 1 / statistics.mean(o["latency"] / r["latency"] for r, o in zip(rows, off)))
+    if "ssr_off" in results:
+        for name, rows in results.items():
+            if name not in ("plain", "ngram", "ssr_off") and summary[name].get("server_stages"):
+                summary[name]["server_stages"]["draft_cost_vs_ssr_off"] = draft_cost_vs_off(rows, results["ssr_off"])
     # Drafting cost seen from the client: SSR's reasoning phase against the same server without drafts.
     if "ssr" in results and "ssr_off" in results:
         pairs = [(o["reasoning_time"], r["reasoning_time"]) for r, o in zip(results["ssr"], results["ssr_off"])
@@ -205,6 +216,76 @@ def summarize(results: dict, prompts: list) -> dict:
         if pairs:
             summary["ssr"]["reasoning_time_vs_ssr_off"] = sum(q for _, q in pairs) / sum(p for p, _ in pairs)
     return summary
+
+
+def server_stages(tot: dict, n: int) -> dict:
+    """Mean per-sample stage times measured in the scheduler (``meta_info["ssr"]``), seconds.
+
+    ``draft_overhead`` is the reasoning time the drafts cost: the extra time of reasoning steps that
+    carried a draft over the mean draft-free step, plus draft prefill and fork time (summed per
+    request; requests with no draft-free reasoning step are left out of it).
+    """
+    def per(k):
+        return tot[k] / n if tot.get(k) is not None else None
+
+    steps = tot.get("reasoning_steps") or 0
+    dsteps = tot.get("reasoning_draft_steps") or 0
+    free = steps - dsteps
+    out = {
+        "reasoning": per("reasoning_time_s"),
+        "draft_overhead": per("draft_overhead_s"),
+        "draft_prefill": per("draft_prefill_time_s"),
+        "fork": per("fork_time_s"),
+        "verify": per("verify_time_s"),
+        "propose": per("propose_time_s"),
+        "reasoning_step_ms_without_draft": (1e3 * (tot["reasoning_time_s"] - tot["reasoning_draft_time_s"]) / free
+                                            if free > 0 else None),
+        "reasoning_step_ms_with_draft": 1e3 * tot["reasoning_draft_time_s"] / dsteps if dsteps else None,
+        "verify_step_ms": (1e3 * tot["verify_time_s"] / tot["answer_verify_steps"]
+                           if tot.get("answer_verify_steps") else None),
+    }
+    r, d = out["reasoning"], out["draft_overhead"]
+    out["draft_overhead_pct_of_reasoning"] = 100 * d / r if r and d is not None else None
+    out["reasoning_step_ms"] = 1e3 * tot["reasoning_time_s"] / steps if steps else None
+    return out
+
+
+def draft_cost_vs_off(rows: list, off_rows: list) -> Optional[dict]:
+    """Drafting cost against the same server with SSR off, from the scheduler's timers: per prompt,
+    (reasoning steps + draft prefill + forks) with drafts minus reasoning steps without. Outputs are
+    identical, so both runs reason over the same tokens; only the drafts differ."""
+    pairs = [(r["ssr"], o["ssr"]) for r, o in zip(rows, off_rows) if r.get("ssr") and o.get("ssr")]
+    if not pairs:
+        return None
+    on = sum(a["reasoning_time_s"] + a["draft_prefill_time_s"] + a["fork_time_s"] for a, _ in pairs)
+    off = sum(b["reasoning_time_s"] for _, b in pairs)
+    return {"per_sample_s": (on - off) / len(pairs), "pct_of_reasoning": 100 * (on - off) / off if off else None}
+
+
+def stages_markdown(summary: dict) -> str:
+    f = bu.fmt
+    rows = []
+    for name, s in summary.items():
+        st = s.get("server_stages")
+        if not st:
+            continue
+        ms = lambda v: f(None if v is None else 1e3 * v, "{:.1f}")  # noqa: E731
+        vs_off = st.get("draft_cost_vs_ssr_off") or {}
+        rows.append([
+            name, f(s["mean_reasoning_time_s"]), f(st["reasoning"]), f(st["reasoning_step_ms"], "{:.2f}"),
+            f"{f(st['reasoning_step_ms_without_draft'], '{:.2f}')} / {f(st['reasoning_step_ms_with_draft'], '{:.2f}')}",
+            ms(st["draft_prefill"]), ms(st["fork"]),
+            f"{f(st['draft_overhead'])} ({f(st['draft_overhead_pct_of_reasoning'], '{:.1f}%')})",
+            f"{f(vs_off.get('per_sample_s'))} ({f(vs_off.get('pct_of_reasoning'), '{:+.1f}%')})",
+            f(s["mean_answer_time_s"]), f(st["verify"]), ms(st["propose"]), f(st["verify_step_ms"], "{:.2f}"),
+        ])
+    if not rows:
+        return ""
+    return bu.md_table(
+        ["method", "reasoning, client (s)", "reasoning, server (s)", "reasoning step (ms)",
+         "step without / with a draft (ms)", "draft prefill (ms)", "fork (ms)", "draft overhead, in-request (s)",
+         "draft cost vs ssr_off (s)", "answer, client (s)", "verify, server (s)", "propose (ms)", "verify step (ms)"],
+        rows)
 
 
 def markdown(summary: dict, results: dict, header: str) -> str:
@@ -235,7 +316,13 @@ def markdown(summary: dict, results: dict, header: str) -> str:
     per = bu.md_table(["prompt", *[f"{m} (s)" for m in names]],
                       [[results[names[0]][i]["id"], *[f"{results[m][i]['latency']:.3f}" for m in names]]
                        for i in range(len(results[names[0]]))])
-    return f"{header}\n\n{table}\n\nPer-sample latency:\n\n{per}\n"
+    stages = stages_markdown(summary)
+    if stages:
+        stages = ("\n\nStages per sample, measured in the scheduler (`meta_info[\"ssr\"]`; client times for "
+                  "comparison). Draft overhead, in-request: extra time of reasoning steps that carried a draft over "
+                  "the request's draft-free steps, plus draft prefill and forks. Draft cost vs ssr_off: reasoning "
+                  f"+ draft prefill + forks minus the same prompt's reasoning with SSR off:\n\n{stages}")
+    return f"{header}\n\n{table}{stages}\n\nPer-sample latency:\n\n{per}\n"
 
 
 def plots(results: dict, summary: dict, out_dir: Path) -> list:
@@ -308,6 +395,7 @@ def main(argv=None) -> int:
     summary = summarize(results, prompts)
     mode = ("all servers up at once, order rotated per prompt" if args.side_by_side else
             "one server at a time (plain, then SSR with its per-request variants in rotated order, then NGRAM)")
+    mode += ", caches kept between requests" if args.keep_cache else ", each request from an empty cache"
     header = (f"{stamp}, {bu.machine()}; `{cmd}`\n\n{len(prompts)} prompts of `{args.dataset}`, model "
               f"`{Path(model).name}`, {args.device}, greedy, batch 1, {mode}; wall {time.time() - t0:.0f} s.")
     md = markdown(summary, results, header)

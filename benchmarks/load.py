@@ -10,7 +10,9 @@
    of requests (``max(level, --min-requests)``, at most ``--max-requests``), greedy, streamed;
    output throughput (all completion tokens / wall time), request latency (mean, p50, p90) and
    drafts started/skipped per method. ``--max-batch 4`` adds an SSR server with ``SSR_MAX_BATCH=4``
-   (no new drafts while more than 4 requests run) to show what that guard buys back.
+   (no new drafts while more than 4 requests run) to show what that guard buys back, and
+   ``ssr_fullwidth`` (``SSR_VERIFY_WIDTH=full``) every step verifying all tree nodes, to show what
+   the adaptive verify width (the CPU default) buys.
 
 Servers run one at a time (about 5 GB each on CPU), so compare ratios, not absolute numbers,
 on a shared machine.
@@ -51,6 +53,9 @@ def parse_args(argv=None):
     p.add_argument("--methods", default="plain,ngram,ssr", help="comma list of plain,ngram,ssr")
     p.add_argument("--max-batch", default="4",
                    help="comma list: an extra SSR server per value with SSR_MAX_BATCH=value ('' for none)")
+    p.add_argument("--full-width", action=argparse.BooleanOptionalAction, default=True,
+                   help="also an SSR server with SSR_VERIFY_WIDTH=full (every step verifies all tree nodes), "
+                        "to show what the adaptive verify width buys")
     p.add_argument("--concurrency", default="1,4,16,64")
     p.add_argument("--min-requests", type=int, default=4, help="requests per level at least")
     p.add_argument("--max-requests", type=int, default=64, help="requests per level at most")
@@ -83,6 +88,7 @@ def run_level(url, prompts, conc, count, args, desc) -> dict:
         bar.update(1)
         return r
 
+    bu.flush_cache(url)  # each level starts cold: no outputs of the previous level in the cache or corpus
     t0 = time.perf_counter()
     with ThreadPoolExecutor(conc) as ex:
         rows = list(ex.map(one, range(count)))
@@ -111,6 +117,7 @@ def level_stats(level: dict) -> dict:
         "drafts_started": tot.get("drafts_started"),
         "drafts_skipped": tot.get("drafts_skipped"),
         "answer_accept_length": tot.get("answer_accept_length"),
+        "verified_nodes_per_step": (tot["verify_nodes"] / tot["verify_steps"] if tot.get("verify_steps") else None),
         "output_ids": [r["output_ids"] for r in rows],
     }
 
@@ -122,7 +129,7 @@ def overhead(url, prompts, args, with_off: bool) -> dict:
     for i, p in enumerate(bu.tqdm(prompts, desc="overhead", unit="prompt", leave=False)):
         for m, cp in (modes if i % 2 == 0 else modes[::-1]):
             rows[m].append(bu.stream_generate(url, p["input_ids"], args.max_new_tokens, custom_params=cp,
-                                              think_end=args.think_end))
+                                              think_end=args.think_end, flush=True))
     out = {}
     for m, rs in rows.items():
         rt = [(r["reasoning_tokens"], r["reasoning_time"]) for r in rs if r["reasoning_time"]]
@@ -177,6 +184,8 @@ def main(argv=None) -> int:
         servers[m] = (m, bu.ssr_env(args, model) if m == "ssr" else {}, True)
     if args.overhead_n and args.fallback_none_overhead and "ssr" in servers:
         servers["ssr_nofallback"] = ("ssr", {**bu.ssr_env(args, model), "SSR_REASONING_FALLBACK": "none"}, False)
+    if args.full_width and "ssr" in servers:
+        servers["ssr_fullwidth"] = ("ssr", {**bu.ssr_env(args, model), "SSR_VERIFY_WIDTH": "full"}, True)
     for mb in (x.strip() for x in args.max_batch.split(",") if x.strip()):
         servers[f"ssr_maxbatch{int(mb)}"] = ("ssr", {**bu.ssr_env(args, model), "SSR_MAX_BATCH": str(int(mb))}, True)
     stamp = time.strftime("%Y-%m-%d %H:%M")
@@ -270,11 +279,12 @@ def markdown(stamp, cmd, args, model, over, sweep, verdict, wall) -> str:
                          f(s["p50_latency_s"]), f(s["p90_latency_s"]), f(s.get("latency_vs_plain"), "{:.2f}x"),
                          f(s["reasoning_tokens_per_s_per_request"], "{:.1f}"),
                          "—" if s["drafts_started"] is None else f"{s['drafts_started']} / {s['drafts_skipped']}",
+                         f(s.get("verified_nodes_per_step"), "{:.1f}"),
                          f"{s.get('identical_to_plain', '—')}/{s['requests']}"])
     parts.append("Concurrency sweep:\n\n" + bu.md_table(
         ["server", "concurrency", "requests", "output tok/s", "throughput vs plain", "mean latency (s)",
          "p50 (s)", "p90 (s)", "latency vs plain", "reasoning tok/s per request", "drafts started / skipped",
-         "identical to plain"], rows))
+         "verified nodes per step", "identical to plain"], rows))
     parts.append("Slower than plain (or SSR slower than NGRAM): " + ("; ".join(verdict) if verdict else
                                                                      "nowhere in this run") + ".")
     return "\n\n".join(parts) + "\n"

@@ -70,10 +70,23 @@ def load_tasks(args, tokenizer) -> list:
 
 
 # -- one streamed request ---------------------------------------------------------
+def flush_cache(url: str, timeout: float = 60) -> None:
+    """Empty the server's radix cache and n-gram corpus (``/flush_cache``, once the server is idle).
+
+    Benchmarks flush before each timed request: a prompt sent twice to one server (SSR on and off)
+    would otherwise find the first run's output in the cache and corpus, and the second run would win."""
+    r = requests.post(url + "/flush_cache", params={"timeout": timeout}, timeout=timeout + 30)
+    if r.status_code != 200:
+        raise RuntimeError(f"{url}/flush_cache: {r.status_code} {r.text.strip()}")
+
+
 def run_one(url: str, input_ids, max_new_tokens: int, custom_params=None, think_end: str = "</think>",
-            timeout: float = 1800) -> dict:
+            timeout: float = 1800, flush: bool = False) -> dict:
     """One greedy request, streamed: latency, time to first token, reasoning and answer time
-    (split at ``think_end``), tokens before the think end, output and SSR metrics."""
+    (split at ``think_end``), tokens before the think end, output and SSR metrics. ``flush``: start
+    from an empty cache (:func:`flush_cache`; not timed)."""
+    if flush:
+        flush_cache(url)
     sp = {"max_new_tokens": max_new_tokens, "temperature": 0, "skip_special_tokens": False}
     if custom_params:
         sp["custom_params"] = custom_params
@@ -130,7 +143,7 @@ def run_method(args, model, method, tasks_, out_dir: Path) -> list:
         env["SGLANG_USE_CPU_ENGINE"] = "0"
     with Server(server_args(args, model, method), env=env, log_path=str(out_dir / f"server-{method}.log")) as s:
         run_one(s.url, tasks_[0]["input_ids"], 8)  # warm-up
-        return [run_one(s.url, t["input_ids"], args.max_new_tokens)
+        return [run_one(s.url, t["input_ids"], args.max_new_tokens, flush=True)
                 for t in tqdm(tasks_, desc=f"{method:>5}", unit="task", file=sys.stdout)]
 
 

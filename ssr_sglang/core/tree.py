@@ -27,7 +27,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size"]
+__all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size", "nodes_in_use"]
 
 PAD_TOKEN = 0
 NO_LABEL = -1
@@ -173,3 +173,16 @@ def trie_size(branches: Sequence[Sequence[int]]) -> int:
         for i in range(1, len(branch) + 1):
             seen.add(tuple(branch[:i]))
     return len(seen)
+
+
+def nodes_in_use(tokens, mask, n: int) -> int:
+    """Nodes of a laid-out tree up to its last real one: padding is token 0 hanging off the root
+    (row ``[1, 0, ..., 1 (self), 0, ...]``), as both SGLang's n-gram corpus and ``layout_tree`` pad.
+    A real token 0 proposed right after the root would look the same; counting it as padding only
+    proposes less, never anything wrong."""
+    rows = np.asarray(mask).reshape(n, n)
+    for i in range(n - 1, 0, -1):
+        if tokens[i] != 0 or rows[i].sum() != 2 or not rows[i][0]:
+            return i + 1
+    return 1
+

@@ -12,6 +12,7 @@ their parent finishes. New drafts are skipped while real requests wait or the KV
 from __future__ import annotations
 
 import logging
+import time
 from array import array
 
 import msgspec
@@ -59,7 +60,9 @@ def maybe_fork(scheduler, worker, batch) -> None:
             st.counters.drafts_skipped += 1
             logger.debug("SSR: skip draft %d of %s: %s", k, req.rid, reason)
             continue
+        t0 = time.perf_counter()
         _fork(scheduler, worker, req, st, k)
+        st.counters.fork_time_s += time.perf_counter() - t0
 
 
 def _skip_reason(scheduler, worker, req) -> str:

@@ -57,9 +57,12 @@ def _worker():
 
 # -- scheduler ---------------------------------------------------------------
 def _process_batch_result(original, self, batch, result, *args, **kwargs):
-    out = original(self, batch, result, *args, **kwargs)
     w = _worker()
-    if w is not None and batch is not None and (batch.forward_mode.is_decode() or batch.forward_mode.is_extend()):
+    counted = w is not None and batch is not None and (batch.forward_mode.is_decode() or batch.forward_mode.is_extend())
+    if counted:
+        w.note_step(batch)  # before the outputs are streamed: a request's final metrics include its last step
+    out = original(self, batch, result, *args, **kwargs)
+    if counted:
         from ssr_sglang.srt import drafts
 
         for req in batch.reqs:

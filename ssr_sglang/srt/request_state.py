@@ -7,6 +7,8 @@ runs its own scheduler and worker) makes the same decisions.
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from typing import List, Optional, Sequence
 
 from ssr_sglang.core.proposer import DraftProposer, ProposerConfig
@@ -14,6 +16,9 @@ from ssr_sglang.core.think_markers import ThinkEndMatcher
 from ssr_sglang.srt.config import RequestConfig
 
 UNDECIDED, REASONING, ANSWER, PLAIN = "undecided", "reasoning", "answer", "plain"
+# Smoothing of the accepted-proposal rate that caps the verify width of n-gram proposals.
+ACCEPT_EMA_DECAY = 0.7
+ACCEPT_EMA_START = 1.0
 # How many leading output tokens may pass before a request that has not opened a think block is
 # treated as non-reasoning (``PLAIN``: no drafts, output exactly as plain decoding).
 THINK_START_WINDOW = 4
@@ -54,12 +59,42 @@ class SSRCounters:
     answer_verify_steps: int = 0
     accepted_prefix: int = 0
     accepted_suffix: int = 0
+    # Server-side stage times (scheduler wall time, seconds). A step's time runs from the start of
+    # the worker's forward (proposal building included) to the verified tokens being ready.
+    reasoning_steps: int = 0
+    reasoning_time_s: float = 0.0
+    reasoning_draft_steps: int = 0  # reasoning steps whose batch also decoded a draft of this request
+    reasoning_draft_time_s: float = 0.0
+    draft_prefill_time_s: float = 0.0  # this request's share of prefill batches that started its drafts
+    fork_time_s: float = 0.0  # scheduler time spent forking its drafts
+    verify_time_s: float = 0.0  # answer-phase steps (each one target verification)
+    verify_steps: int = 0  # decode steps in all phases, and the tree nodes they verified: with an
+    verify_nodes: int = 0  # adaptive width (SSR_VERIFY_WIDTH) fewer than steps x num-draft-tokens
+    propose_time_s: float = 0.0  # of which: building the proposals from the drafts (host side)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         steps = self.answer_verify_steps
         d["answer_accept_length"] = round(self.answer_tokens / steps, 4) if steps else None
+        for k, v in d.items():
+            if isinstance(v, float):
+                d[k] = round(v, 6)
+        d["draft_overhead_s"] = self.draft_overhead_s()
         return d
+
+    def draft_overhead_s(self) -> Optional[float]:
+        """Reasoning time the drafts cost this request: the extra time of reasoning steps that carried
+        a draft, over the mean draft-free reasoning step, plus draft prefill and fork time. ``None``
+        when no reasoning step ran without a draft (no baseline to compare with)."""
+        free_steps = self.reasoning_steps - self.reasoning_draft_steps
+        if not self.reasoning_draft_steps:
+            extra = 0.0
+        elif free_steps <= 0:
+            return None
+        else:
+            base = (self.reasoning_time_s - self.reasoning_draft_time_s) / free_steps
+            extra = max(0.0, self.reasoning_draft_time_s - self.reasoning_draft_steps * base)
+        return round(extra + self.draft_prefill_time_s + self.fork_time_s, 6)
 
 
 class RequestSSR:
@@ -85,11 +120,13 @@ class RequestSSR:
         self._proposed_at = -1
         self._ssr_step = False
         self._final: Optional[dict] = None
+        self._seen_len = -1  # output length at the previous decode step
+        self.accept_ema = ACCEPT_EMA_START  # proposal tokens accepted per step, smoothed
         if is_draft:
             self.phase = ANSWER  # a draft starts right after its forced think end
             self.answer_start = 0
-        elif not cfg.enabled or not ids.end:
-            self.phase = PLAIN
+        elif not ids.end:
+            self.phase = PLAIN  # (a request with SSR disabled is still tracked: its stage times compare)
         elif _opens_think_block(prompt_tail, ids):
             self.phase = REASONING
         else:
@@ -121,6 +158,20 @@ class RequestSSR:
     @property
     def reasoning_len(self) -> int:
         return self.counters.reasoning_tokens
+
+    # -- verify width ---------------------------------------------------
+    def observe_step(self, n_out: int) -> None:
+        """Called at every decode step with the output length: updates the accepted-proposal rate."""
+        if 0 <= self._seen_len < n_out:
+            accepted = n_out - self._seen_len - 1
+            self.accept_ema = ACCEPT_EMA_DECAY * self.accept_ema + (1 - ACCEPT_EMA_DECAY) * accepted
+        self._seen_len = n_out
+
+    def width_cap(self, num_nodes: int) -> int:
+        """Tree nodes worth verifying for a proposal that is not from a draft (n-gram): about twice the
+        tokens such proposals have been getting accepted, at least one proposed token, so a request
+        whose n-gram proposals keep failing costs about one decode step and recovers when they match."""
+        return min(num_nodes, 2 + math.ceil(2 * self.accept_ema))
 
     # -- drafts ---------------------------------------------------------
     @property
@@ -204,12 +255,26 @@ class RequestSSR:
 
     def propose(self, output_ids: Sequence[int]):
         """Branches for this step (possibly empty); the outcome is counted by :meth:`settle`."""
+        t0 = time.perf_counter()
         self.pull_drafts()
         answer = output_ids[self.answer_start:]
         branches = self.proposer.propose_tree(answer, self._num_nodes - 1)
         self._proposed_at = len(output_ids)
         self._ssr_step = bool(branches)
+        self.counters.propose_time_s += time.perf_counter() - t0
         return branches
+
+    def note_step_time(self, seconds: float, with_draft: bool) -> None:
+        """A decode step of this (client) request took ``seconds``; ``self.phase`` is the step's phase."""
+        c = self.counters
+        if self.phase == REASONING:
+            c.reasoning_steps += 1
+            c.reasoning_time_s += seconds
+            if with_draft:
+                c.reasoning_draft_steps += 1
+                c.reasoning_draft_time_s += seconds
+        elif self.phase == ANSWER:
+            c.verify_time_s += seconds
 
     def note_plain_step(self, output_ids: Sequence[int]) -> None:
         """An answer-phase step verified without an SSR proposal (n-gram or nothing)."""
@@ -232,6 +297,7 @@ class RequestSSR:
     def metrics(self) -> dict:
         d = self.counters.as_dict()
         d["phase"] = self.phase
+        d["enabled"] = self.cfg.enabled
         return d
 
 

@@ -9,18 +9,23 @@ Per decode step, for each request of the batch:
   the n-gram proposal when the drafts have nothing to offer.
 
 Verification is SGLang's own (greedy tree walk; its sampling path where SGLang uses one), so the
-output is the target model's whatever is proposed. Hidden draft requests are forked and managed
+output is the target model's whatever is proposed. With an adaptive verify width (the CPU default,
+``SSR_VERIFY_WIDTH``) a step verifies only the first ``w`` tree nodes, ``w`` the widest proposal in
+the batch (1 when nobody proposes anything: a plain decode step), since on a compute-bound device
+every padding node costs as much as a real one; an n-gram proposal counts for at most about twice
+the tokens the request's n-gram proposals have been getting accepted (``RequestSSR.width_cap``). Hidden draft requests are forked and managed
 by :mod:`ssr_sglang.srt.drafts`; this class only holds their state and reads their tokens.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Dict, Optional
 
 from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
-from ssr_sglang.core.tree import layout_tree
+from ssr_sglang.core.tree import layout_tree, nodes_in_use
 from ssr_sglang.srt import active, metrics
 from ssr_sglang.srt.config import RequestConfig, SSRConfigError, client_drafts, parse_request, server_config_from_env
 from ssr_sglang.srt.request_state import ANSWER, RequestSSR
@@ -44,6 +49,9 @@ class SSRWorker(NGRAMWorker):
         )
         self.vocab_size = runner.model_config.vocab_size
         self.requests: Dict[str, RequestSSR] = {}
+        self.adaptive_width = _adaptive_width(self.ssr_config.verify_width, runner)
+        self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
+        self._width = self.draft_token_num  # nodes verified in the current step
         self.totals = metrics.ServerTotals()
         if not self.think.end:
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
@@ -95,6 +103,52 @@ class SSRWorker(NGRAMWorker):
     def drop(self, rid: str) -> Optional[RequestSSR]:
         return self.requests.pop(rid, None)
 
+    # -- stage times ----------------------------------------------------------
+    def forward_batch_generation(self, batch, *args, **kwargs):
+        self.step_started = time.perf_counter()
+        self._width = self.draft_token_num
+        result = super().forward_batch_generation(batch, *args, **kwargs)
+        if self._width < self.draft_token_num:
+            # Accepted tokens come back in rows of ``width``; SGLang reads rows of the full width.
+            import torch.nn.functional as F
+
+            rows = result.next_token_ids.view(-1, self._width)
+            padded = F.pad(rows, (0, self.draft_token_num - self._width)).reshape(-1)
+            result.next_token_ids = padded
+            result.next_draft_input.accept_tokens = padded
+        return result
+
+    def note_step(self, batch) -> None:
+        """When a batch's results arrive: charge its wall time to the requests' stages.
+
+        Decode steps go to each client request's reasoning or answer (verify) time, flagged when a
+        draft of the request was in the same batch; a prefill batch's share per draft it started goes
+        to the parent's draft prefill time.
+        """
+        started = getattr(self, "step_started", None)
+        if started is None:
+            return
+        self.step_started = None
+        if str(self.device).startswith("cuda"):  # result processing waits for the device next anyway
+            import torch
+
+            torch.cuda.current_stream().synchronize()
+        seconds = time.perf_counter() - started
+        states = [self.requests.get(r.rid) for r in batch.reqs]
+        if batch.forward_mode.is_decode():
+            with_draft = {st.parent_rid for st in states if st is not None and st.is_draft}
+            for st in states:
+                if st is not None and not st.is_draft:
+                    st.note_step_time(seconds, st.rid in with_draft)
+                    st.counters.verify_steps += 1
+                    st.counters.verify_nodes += self._width
+        else:
+            share = seconds / max(1, len(states))
+            for st in states:
+                parent = self.requests.get(st.parent_rid) if st is not None and st.is_draft else None
+                if parent is not None:
+                    parent.counters.draft_prefill_time_s += share
+
     # -- proposals ----------------------------------------------------------
     def _prepare_draft_tokens(self, batch):
         if self.ssr_config.reasoning_fallback == "ngram":
@@ -103,22 +157,66 @@ class SSRWorker(NGRAMWorker):
             req_drafts, mask = self._empty_proposals(batch)
         n = self.draft_token_num
         nn = n * n
+        widths = [n] * len(batch.reqs)
         for i, req in enumerate(batch.reqs):
             st = self.state_for(req)
             out = req.output_ids
             st.settle(out)
             st.advance(out)
-            if st.phase != ANSWER:
-                continue
-            branches = st.propose(out) if st.has_drafts else []
+            st.observe_step(len(out))
+            branches = st.propose(out) if st.phase == ANSWER and st.has_drafts else []
             if branches:
                 last = out[-1] if len(out) else req.origin_input_ids_unpadded[-1]
                 tree = layout_tree(last, [b.tokens for b in branches], n)
                 req_drafts[i * n:(i + 1) * n] = tree.tokens
                 mask[i * nn:(i + 1) * nn] = tree.mask
+                widths[i] = tree.num_real
             else:
-                st.note_plain_step(out)
+                if st.phase == ANSWER:
+                    st.note_plain_step(out)
+                used = nodes_in_use(req_drafts[i * n:(i + 1) * n], mask[i * nn:(i + 1) * nn], n)
+                widths[i] = min(used, st.width_cap(n))
+        self._widths = widths
         return req_drafts, mask
+
+    def _prepare_for_speculative_decoding(self, batch):
+        self._widths = None
+        super()._prepare_for_speculative_decoding(batch)
+        if not (self.adaptive_width and self._widths and batch.forward_mode.is_target_verify()):
+            return
+        if batch.has_grammar or batch.return_logprob:
+            return  # SGLang derives grammar masks and logprobs at the full width
+        width = max(self._widths)
+        if width < self.draft_token_num:
+            self._narrow(batch, width)
+
+    def _narrow(self, batch, width: int) -> None:
+        """Cut the batch's verify input to the first ``width`` nodes of every tree.
+
+        Trees are in BFS order (a parent before its children), so the first ``width`` nodes are a
+        subtree; the nodes cut are padding or, for a request with a narrower tree than the batch's
+        widest, nothing. The KV slots stay reserved as for a full step; only fewer are written.
+        """
+        import torch
+        from sglang.srt.speculative.ngram_info import NgramVerifyInput
+        from sglang.srt.speculative.ngram_worker import reconstruct_indices_from_tree_mask_func
+
+        n, bs, info = self.draft_token_num, len(batch.reqs), batch.spec_info
+        tokens = info.draft_token.view(bs, n)[:, :width].reshape(-1).contiguous()
+        mask = info.custom_mask.view(bs, n, n)[:, :width, :width].reshape(-1).contiguous()
+        positions = torch.empty(bs * width, dtype=info.positions.dtype, device=tokens.device)
+        index = torch.empty((bs, width), dtype=info.retrieve_index.dtype, device=tokens.device)
+        next_token = torch.empty_like(index)
+        next_sibling = torch.empty_like(index)
+        reconstruct_indices_from_tree_mask_func(mask, batch.seq_lens, positions, index, next_token, next_sibling,
+                                                bs, width)
+        batch.input_ids = tokens
+        batch.out_cache_loc = batch.out_cache_loc.view(bs, n)[:, :width].reshape(-1).contiguous()
+        batch.spec_info = NgramVerifyInput(
+            draft_token=tokens, custom_mask=mask, positions=positions, retrieve_index=index,
+            retrieve_next_token=next_token, retrieve_next_sibling=next_sibling, draft_token_num=width,
+        )
+        self._width = width
 
     def _empty_proposals(self, batch):
         """Every request gets a tree of padding only: one verified token per step."""
@@ -133,3 +231,21 @@ class SSRWorker(NGRAMWorker):
         req_drafts = np.tile(toks, bs)
         req_drafts[:: self.draft_token_num] = last
         return req_drafts, np.tile(mask, bs)
+
+
+def _adaptive_width(setting: str, runner) -> bool:
+    """``SSR_VERIFY_WIDTH``: narrow verify steps only where the verify input has a flat tree mask and no
+    fixed-shape CUDA graphs, and the model has no recurrent state committed at the full width."""
+    on_cpu = str(runner.device).startswith("cpu")
+    if setting == "full" or (setting == "auto" and not on_cpu):
+        return False
+    if not on_cpu:
+        raise SSRConfigError("environment variable SSR_VERIFY_WIDTH=adaptive is supported on CPU only "
+                             "(GPU verify steps run at a fixed width in CUDA graphs); use 'auto' or 'full'")
+    return not getattr(runner.model_config, "is_hybrid_swa", False) and _no_recurrent_state(runner)
+
+
+def _no_recurrent_state(runner) -> bool:
+    from sglang.srt.configs.hybrid_arch import mambaish_config
+
+    return mambaish_config(runner.model_config) is None

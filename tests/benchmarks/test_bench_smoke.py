@@ -84,14 +84,18 @@ def test_latency_smoke(tmp_path, urls):
     for name in ("speedup_of_means", "improvement_pct_per_sample", "improvement_pct_of_means",
                  "mean_reasoning_time_s", "mean_answer_time_s"):
         assert s["ssr"][name] is not None, name
+    st = s["ssr"]["server_stages"]
+    assert st["reasoning"] > 0 and st["verify"] > 0 and st["verify_step_ms"] > 0, st
     for f in ("results.md", "stages.png", "per_sample_speedup.png", "improvement.png"):
         assert (tmp_path / f).stat().st_size > 100, f
-    assert "| ssr |" in (tmp_path / "results.md").read_text() and "results in" in out
+    md = (tmp_path / "results.md").read_text()
+    assert "| ssr |" in md and "draft overhead (s)" in md and "results in" in out
 
 
 def test_load_smoke(tmp_path, urls):
     run_script("load.py", "--methods", "plain,ssr", "--max-batch", "", "--concurrency", "1,2", "--urls", urls,
-               "--min-requests", "2", "--overhead-n", "2", "--no-fallback-none-overhead", "--out", str(tmp_path))
+               "--min-requests", "2", "--overhead-n", "2", "--no-fallback-none-overhead", "--no-full-width",
+               "--out", str(tmp_path))
     res = json.loads((tmp_path / "results.json").read_text())
     assert set(res["sweep"]) == {"plain", "ssr"}
     for name in ("plain", "ssr"):

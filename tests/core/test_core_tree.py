@@ -102,3 +102,18 @@ def test_single_node_and_errors():
         build_tree(3, [], 0)
     with pytest.raises(ValueError):
         build_chain(3, [], 0)
+
+
+def test_nodes_in_use_finds_the_last_real_node():
+    from ssr_sglang.core.tree import nodes_in_use
+
+    n = 8
+    for branches, real in (([], 1), ([[5, 6]], 3), ([[5, 6], [5, 7, 8]], 5), ([[0, 4]], 3)):
+        tree = layout_tree(11, branches, n)
+        assert tree.num_real == real
+        assert nodes_in_use(tree.tokens, tree.mask, n) == real, branches
+    # SGLang's n-gram corpus pads the same way (token 0 under the root); a real 0 under the root at
+    # the end is taken for padding, which only verifies less
+    tree = layout_tree(11, [[5], [0]], n)
+    assert nodes_in_use(tree.tokens, tree.mask, n) == 2
+    assert nodes_in_use(np.zeros(n, dtype=np.int64), np.eye(n, dtype=bool).reshape(-1), n) == n  # not padding

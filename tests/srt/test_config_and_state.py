@@ -28,6 +28,7 @@ def test_env_defaults_and_overrides():
     ({"SSR_MAX_BATCH": "0"}, "SSR_MAX_BATCH"),
     ({"SSR_REASONING_FALLBACK": "eagle"}, "SSR_REASONING_FALLBACK"),
     ({"SSR_ENABLED": "maybe"}, "SSR_ENABLED"),
+    ({"SSR_VERIFY_WIDTH": "narrow"}, "SSR_VERIFY_WIDTH"),
 ])
 def test_bad_env_names_the_variable(env, name):
     with pytest.raises(SSRConfigError, match=name):
@@ -85,6 +86,26 @@ def test_answer_steps_are_attributed_to_prefix_and_suffix():
     assert m["accepted_prefix"] == 3 and m["answer_verify_steps"] == 1 and m["answer_tokens"] == 6
 
 
+def test_stage_times_and_draft_overhead():
+    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=4)
+    assert st.metrics()["draft_overhead_s"] == 0.0  # no draft: nothing to charge
+    for _ in range(4):
+        st.note_step_time(0.010, with_draft=False)
+    for _ in range(2):
+        st.note_step_time(0.016, with_draft=True)
+    st.counters.draft_prefill_time_s, st.counters.fork_time_s = 0.005, 0.001
+    st.advance([5, 4])  # think end: later steps are verify steps
+    st.note_step_time(0.020, with_draft=True)
+    m = st.metrics()
+    assert m["reasoning_steps"] == 6 and m["reasoning_draft_steps"] == 2
+    assert m["reasoning_time_s"] == pytest.approx(0.072) and m["verify_time_s"] == pytest.approx(0.020)
+    # 2 steps 6 ms slower than the draft-free mean, plus prefill and fork
+    assert m["draft_overhead_s"] == pytest.approx(0.012 + 0.005 + 0.001)
+    only_drafted = RequestSSR("d", RequestConfig(), IDS, prompt_tail=[3], num_nodes=4)
+    only_drafted.note_step_time(0.01, with_draft=True)
+    assert only_drafted.metrics()["draft_overhead_s"] is None  # no baseline step
+
+
 def test_think_markers_from_reasoning_parser_and_vocab():
     from transformers import AutoTokenizer
 
@@ -114,3 +135,19 @@ def test_queued_drafts_yield_to_real_requests(monkeypatch):
 
     hooks._calc_priority(lpm_like_sort, None, queue)
     assert [r.rid for r in queue] == ["b", "c", "a#ssr-0000", "a#ssr-0001"]
+
+
+def test_width_cap_follows_the_accepted_rate():
+    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=12)
+    assert st.width_cap(12) == 4  # a start that lets matches show
+    n = 10
+    for _ in range(12):  # proposals keep failing: one token per step
+        n += 1
+        st.observe_step(n)
+    assert st.width_cap(12) == 3 and st.width_cap(2) == 2
+    for _ in range(12):  # proposals match: 7 accepted + 1 per step
+        n += 8
+        st.observe_step(n)
+    assert st.width_cap(12) == 12
+    st.observe_step(5)  # output shorter than before (retracted and restarted): no update, no error
+    assert st.width_cap(12) == 12

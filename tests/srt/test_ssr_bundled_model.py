@@ -30,7 +30,8 @@ def test_in_server_drafts_are_accepted_and_exact(bundled):
     from ssr_sglang.models.tasks import parse_answer
 
     server, prompts, examples = bundled
-    totals = {"answer_tokens": 0, "answer_verify_steps": 0, "accepted_prefix": 0, "accepted_suffix": 0}
+    totals = {"answer_tokens": 0, "answer_verify_steps": 0, "accepted_prefix": 0, "accepted_suffix": 0,
+              "verify_steps": 0, "verify_nodes": 0}
     for prompt, ex in zip(prompts, examples):
         ssr = server.generate(input_ids=prompt, max_new_tokens=512)
         off = server.generate(input_ids=prompt, max_new_tokens=512, custom_params={"ssr": False})
@@ -39,8 +40,18 @@ def test_in_server_drafts_are_accepted_and_exact(bundled):
         assert meta["phase"] == "answer" and meta["drafts_started"] >= 1, meta
         assert meta["draft_cached_tokens"] >= meta["draft_prompt_tokens"] - 8 * meta["drafts_started"], meta
         assert parse_answer(ssr["text"]) == ex["final"]
+        # Stage timers in the scheduler: every reasoning step and verify step is timed, within the
+        # request's wall time; drafts ran alongside some reasoning steps.
+        wall = ssr["meta_info"]["e2e_latency"]
+        assert meta["reasoning_steps"] > 0 and 0 < meta["reasoning_time_s"] < wall, meta
+        assert 0 < meta["verify_time_s"] < wall and meta["propose_time_s"] < meta["verify_time_s"], meta
+        assert meta["reasoning_draft_steps"] >= 1 and meta["draft_prefill_time_s"] > 0, meta
+        assert meta["reasoning_time_s"] + meta["verify_time_s"] + meta["fork_time_s"] < wall, meta
         for k in totals:
             totals[k] += meta[k]
+    # Adaptive verify width (CPU default): steps with short or no proposals verify fewer of the 12 nodes,
+    # and the output above stayed identical to SSR off
+    assert totals["verify_steps"] <= totals["verify_nodes"] < 12 * totals["verify_steps"], totals
     accept = totals["answer_tokens"] / totals["answer_verify_steps"]
     assert accept > 2, totals
     assert totals["accepted_prefix"] > 0, totals
