@@ -7,7 +7,6 @@ runs its own scheduler and worker) makes the same decisions.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import List, Optional, Sequence
 
@@ -16,9 +15,6 @@ from ssr_sglang.core.think_markers import ThinkEndMatcher
 from ssr_sglang.srt.config import RequestConfig
 
 UNDECIDED, REASONING, ANSWER, PLAIN = "undecided", "reasoning", "answer", "plain"
-# Smoothing of the accepted-proposal rate that caps the verify width of n-gram proposals.
-ACCEPT_EMA_DECAY = 0.7
-ACCEPT_EMA_START = 1.0
 # How many leading output tokens may pass before a request that has not opened a think block is
 # treated as non-reasoning (``PLAIN``: no drafts, output exactly as plain decoding).
 THINK_START_WINDOW = 4
@@ -120,8 +116,6 @@ class RequestSSR:
         self._proposed_at = -1
         self._ssr_step = False
         self._final: Optional[dict] = None
-        self._seen_len = -1  # output length at the previous decode step
-        self.accept_ema = ACCEPT_EMA_START  # proposal tokens accepted per step, smoothed
         if is_draft:
             self.phase = ANSWER  # a draft starts right after its forced think end
             self.answer_start = 0
@@ -158,20 +152,6 @@ class RequestSSR:
     @property
     def reasoning_len(self) -> int:
         return self.counters.reasoning_tokens
-
-    # -- verify width ---------------------------------------------------
-    def observe_step(self, n_out: int) -> None:
-        """Called at every decode step with the output length: updates the accepted-proposal rate."""
-        if 0 <= self._seen_len < n_out:
-            accepted = n_out - self._seen_len - 1
-            self.accept_ema = ACCEPT_EMA_DECAY * self.accept_ema + (1 - ACCEPT_EMA_DECAY) * accepted
-        self._seen_len = n_out
-
-    def width_cap(self, num_nodes: int) -> int:
-        """Tree nodes worth verifying for a proposal that is not from a draft (n-gram): about twice the
-        tokens such proposals have been getting accepted, at least one proposed token, so a request
-        whose n-gram proposals keep failing costs about one decode step and recovers when they match."""
-        return min(num_nodes, 2 + math.ceil(2 * self.accept_ema))
 
     # -- drafts ---------------------------------------------------------
     @property

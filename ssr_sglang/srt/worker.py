@@ -3,7 +3,7 @@
 Per decode step, for each request of the batch:
 
 * reasoning phase: the n-gram proposal SGLang's NGRAM would make (``SSR_REASONING_FALLBACK=ngram``,
-  the default, so reasoning is exactly as fast as under NGRAM) or none;
+  the default: with the full verify width reasoning runs exactly as under NGRAM) or none;
 * answer phase with drafts: the core proposer's branches (prefix continuation of aligned drafts,
   suffix-index matches), merged into one token tree of ``--speculative-num-draft-tokens`` nodes;
   the n-gram proposal when the drafts have nothing to offer.
@@ -12,8 +12,7 @@ Verification is SGLang's own (greedy tree walk; its sampling path where SGLang u
 output is the target model's whatever is proposed. With an adaptive verify width (the CPU default,
 ``SSR_VERIFY_WIDTH``) a step verifies only the first ``w`` tree nodes, ``w`` the widest proposal in
 the batch (1 when nobody proposes anything: a plain decode step), since on a compute-bound device
-every padding node costs as much as a real one; an n-gram proposal counts for at most about twice
-the tokens the request's n-gram proposals have been getting accepted (``RequestSSR.width_cap``). Hidden draft requests are forked and managed
+every padding node costs as much as a real one. Hidden draft requests are forked and managed
 by :mod:`ssr_sglang.srt.drafts`; this class only holds their state and reads their tokens.
 """
 
@@ -163,7 +162,6 @@ class SSRWorker(NGRAMWorker):
             out = req.output_ids
             st.settle(out)
             st.advance(out)
-            st.observe_step(len(out))
             branches = st.propose(out) if st.phase == ANSWER and st.has_drafts else []
             if branches:
                 last = out[-1] if len(out) else req.origin_input_ids_unpadded[-1]
@@ -174,8 +172,7 @@ class SSRWorker(NGRAMWorker):
             else:
                 if st.phase == ANSWER:
                     st.note_plain_step(out)
-                used = nodes_in_use(req_drafts[i * n:(i + 1) * n], mask[i * nn:(i + 1) * nn], n)
-                widths[i] = min(used, st.width_cap(n))
+                widths[i] = nodes_in_use(req_drafts[i * n:(i + 1) * n], mask[i * nn:(i + 1) * nn], n)
         self._widths = widths
         return req_drafts, mask
 

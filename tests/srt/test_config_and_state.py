@@ -135,19 +135,3 @@ def test_queued_drafts_yield_to_real_requests(monkeypatch):
 
     hooks._calc_priority(lpm_like_sort, None, queue)
     assert [r.rid for r in queue] == ["b", "c", "a#ssr-0000", "a#ssr-0001"]
-
-
-def test_width_cap_follows_the_accepted_rate():
-    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=12)
-    assert st.width_cap(12) == 4  # a start that lets matches show
-    n = 10
-    for _ in range(12):  # proposals keep failing: one token per step
-        n += 1
-        st.observe_step(n)
-    assert st.width_cap(12) == 3 and st.width_cap(2) == 2
-    for _ in range(12):  # proposals match: 7 accepted + 1 per step
-        n += 8
-        st.observe_step(n)
-    assert st.width_cap(12) == 12
-    st.observe_step(5)  # output shorter than before (retracted and restarted): no update, no error
-    assert st.width_cap(12) == 12
