@@ -10,9 +10,7 @@
    of requests (``max(level, --min-requests)``, at most ``--max-requests``), greedy, streamed;
    output throughput (all completion tokens / wall time), request latency (mean, p50, p90) and
    drafts started/skipped per method. ``--max-batch 4`` adds an SSR server with ``SSR_MAX_BATCH=4``
-   (no new drafts while more than 4 requests run) to show what that guard buys back, and
-   ``ssr_fullwidth`` (``SSR_VERIFY_WIDTH=full``) every step verifying all tree nodes, to show what
-   the adaptive verify width (the CPU default) buys.
+   (no new drafts while more than 4 requests run) to show what that guard buys back.
 
 Servers run one at a time (about 5 GB each on CPU), so compare ratios, not absolute numbers,
 on a shared machine.
@@ -53,9 +51,6 @@ def parse_args(argv=None):
     p.add_argument("--methods", default="plain,ngram,ssr", help="comma list of plain,ngram,ssr")
     p.add_argument("--max-batch", default="4",
                    help="comma list: an extra SSR server per value with SSR_MAX_BATCH=value ('' for none)")
-    p.add_argument("--full-width", action=argparse.BooleanOptionalAction, default=True,
-                   help="also an SSR server with SSR_VERIFY_WIDTH=full (every step verifies all tree nodes), "
-                        "to show what the adaptive verify width buys")
     p.add_argument("--concurrency", default="1,4,16,64")
     p.add_argument("--min-requests", type=int, default=4, help="requests per level at least")
     p.add_argument("--max-requests", type=int, default=64, help="requests per level at most")
@@ -184,8 +179,6 @@ def main(argv=None) -> int:
         servers[m] = (m, bu.ssr_env(args, model) if m == "ssr" else {}, True)
     if args.overhead_n and args.fallback_none_overhead and "ssr" in servers:
         servers["ssr_nofallback"] = ("ssr", {**bu.ssr_env(args, model), "SSR_REASONING_FALLBACK": "none"}, False)
-    if args.full_width and "ssr" in servers:
-        servers["ssr_fullwidth"] = ("ssr", {**bu.ssr_env(args, model), "SSR_VERIFY_WIDTH": "full"}, True)
     for mb in (x.strip() for x in args.max_batch.split(",") if x.strip()):
         servers[f"ssr_maxbatch{int(mb)}"] = ("ssr", {**bu.ssr_env(args, model), "SSR_MAX_BATCH": str(int(mb))}, True)
     stamp = time.strftime("%Y-%m-%d %H:%M")

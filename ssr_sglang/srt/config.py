@@ -20,9 +20,9 @@ environment variable           custom_params key          meaning
 ``SSR_REASONING_FALLBACK``     (server only)              ``ngram`` or ``none``: proposals while reasoning
 ``SSR_MAX_KV_USAGE``           (server only)              skip new drafts above this KV-pool usage
 ``SSR_MAX_BATCH``              (server only)              skip new drafts when this many requests run
-``SSR_VERIFY_WIDTH``           (server only)              ``adaptive`` (CPU default): verify only as many
-                                                          tree nodes as the batch's proposals fill;
-                                                          ``full``: always all of them (GPU: CUDA graphs)
+``SSR_VERIFY_WIDTH``           (server only)              ``full`` (default): verify every tree node;
+                                                          ``adaptive`` (CPU only): only as many as the
+                                                          batch's proposals fill
 ``SSR_THINK_START``/``_END``   (server only)              think markers, when the tokenizer's are unusual
 ``SSR_FORCE_ANSWER_TEXT``      (server only)              text appended to make a draft answer now
 (none)                         ``ssr_draft``,             a client-supplied draft answer (token ids);
@@ -78,7 +78,7 @@ class ServerConfig:
     reasoning_fallback: str = "ngram"
     max_kv_usage: float = 0.85
     max_batch: int = 32
-    verify_width: str = "auto"  # auto | adaptive | full (auto: adaptive on CPU, full elsewhere)
+    verify_width: str = "full"  # full | adaptive (CPU only)
     think_start: Optional[str] = None
     think_end: Optional[str] = None
     force_answer_text: Optional[str] = None
@@ -272,9 +272,9 @@ def server_config_from_env(env: Optional[Mapping[str, str]] = None) -> ServerCon
     max_batch = env.get("SSR_MAX_BATCH", "32")
     if not max_batch.strip().isdigit() or int(max_batch) < 1:
         raise SSRConfigError(f"environment variable SSR_MAX_BATCH={max_batch!r} must be a positive integer")
-    width = env.get("SSR_VERIFY_WIDTH", "auto").strip().lower()
-    if width not in ("auto", "adaptive", "full"):
-        raise SSRConfigError(f"environment variable SSR_VERIFY_WIDTH={width!r} must be 'auto', 'adaptive' or 'full'")
+    width = env.get("SSR_VERIFY_WIDTH", "full").strip().lower()
+    if width not in ("adaptive", "full"):
+        raise SSRConfigError(f"environment variable SSR_VERIFY_WIDTH={width!r} must be 'full' or 'adaptive'")
     return ServerConfig(
         defaults=defaults,
         reasoning_fallback=fallback,

@@ -9,10 +9,11 @@ Per decode step, for each request of the batch:
   the n-gram proposal when the drafts have nothing to offer.
 
 Verification is SGLang's own (greedy tree walk; its sampling path where SGLang uses one), so the
-output is the target model's whatever is proposed. With an adaptive verify width (the CPU default,
-``SSR_VERIFY_WIDTH``) a step verifies only the first ``w`` tree nodes, ``w`` the widest proposal in
-the batch (1 when nobody proposes anything: a plain decode step), since on a compute-bound device
-every padding node costs as much as a real one. Hidden draft requests are forked and managed
+output is the target model's whatever is proposed. With ``SSR_VERIFY_WIDTH=adaptive`` (CPU only) a
+step verifies only the first ``w`` tree nodes, ``w`` the widest proposal in the batch (1 when nobody
+proposes anything: a plain decode step), since on a compute-bound device a padding node costs as
+much as a real one. On the bundled model it saves about 1 node in 12 and measured 0.93-1.00x the
+throughput of the full width (``benchmarks/verify_width.py``), so it is not the default. Hidden draft requests are forked and managed
 by :mod:`ssr_sglang.srt.drafts`; this class only holds their state and reads their tokens.
 """
 
@@ -233,12 +234,11 @@ class SSRWorker(NGRAMWorker):
 def _adaptive_width(setting: str, runner) -> bool:
     """``SSR_VERIFY_WIDTH``: narrow verify steps only where the verify input has a flat tree mask and no
     fixed-shape CUDA graphs, and the model has no recurrent state committed at the full width."""
-    on_cpu = str(runner.device).startswith("cpu")
-    if setting == "full" or (setting == "auto" and not on_cpu):
+    if setting == "full":
         return False
-    if not on_cpu:
+    if not str(runner.device).startswith("cpu"):
         raise SSRConfigError("environment variable SSR_VERIFY_WIDTH=adaptive is supported on CPU only "
-                             "(GPU verify steps run at a fixed width in CUDA graphs); use 'auto' or 'full'")
+                             "(GPU verify steps run at a fixed width in CUDA graphs); use 'full'")
     return not getattr(runner.model_config, "is_hybrid_swa", False) and _no_recurrent_state(runner)
 
 

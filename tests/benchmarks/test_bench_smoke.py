@@ -94,8 +94,8 @@ def test_latency_smoke(tmp_path, urls):
 
 def test_load_smoke(tmp_path, urls):
     run_script("load.py", "--methods", "plain,ssr", "--max-batch", "", "--concurrency", "1,2", "--urls", urls,
-               "--min-requests", "2", "--overhead-n", "2", "--no-fallback-none-overhead", "--no-full-width",
-               "--out", str(tmp_path))
+               "--min-requests", "2", "--overhead-n", "2", "--no-fallback-none-overhead", "--out",
+               str(tmp_path))
     res = json.loads((tmp_path / "results.json").read_text())
     assert set(res["sweep"]) == {"plain", "ssr"}
     for name in ("plain", "ssr"):
@@ -107,3 +107,13 @@ def test_load_smoke(tmp_path, urls):
     assert "drafting_cost_pct" in res["overhead"]
     for f in ("results.md", "concurrency.png", "overhead.png"):
         assert (tmp_path / f).stat().st_size > 100, f
+
+
+def test_verify_width_smoke(tmp_path, urls):
+    ssr = dict(part.split("=", 1) for part in urls.split(","))["ssr"]
+    run_script("verify_width.py", "--rounds", "1", "--concurrency", "1", "--n", "2",
+               "--urls", f"adaptive={ssr},full={ssr}", "--out", str(tmp_path))
+    res = json.loads((tmp_path / "results.json").read_text())
+    row = res["summary"]["1"]
+    assert row["identical"] and row["ratio"] > 0 and row["adaptive"]["nodes_per_step"] >= 1
+    assert "adaptive / full" in (tmp_path / "results.md").read_text()

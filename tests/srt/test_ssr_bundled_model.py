@@ -21,8 +21,9 @@ def bundled():
     rng = random.Random(4242)
     examples = [tasks.make_example(rng) for _ in range(6)]
     prompts = [tok(tasks.format_chat(ex["prompt"]), add_special_tokens=False).input_ids for ex in examples]
+    # SSR_VERIFY_WIDTH=adaptive (opt-in, CPU only) here: its steps are checked against SSR off below
     with start_server(path, "--speculative-algorithm", "SSR", "--enable-metrics", "--reasoning-parser", "qwen3",
-                      env=DEFAULT_SSR_ENV, name="ssr-bundled") as s:
+                      env={**DEFAULT_SSR_ENV, "SSR_VERIFY_WIDTH": "adaptive"}, name="ssr-bundled") as s:
         yield s, prompts, examples
 
 
@@ -49,8 +50,8 @@ def test_in_server_drafts_are_accepted_and_exact(bundled):
         assert meta["reasoning_time_s"] + meta["verify_time_s"] + meta["fork_time_s"] < wall, meta
         for k in totals:
             totals[k] += meta[k]
-    # Adaptive verify width (CPU default): steps with short or no proposals verify fewer of the 12 nodes,
-    # and the output above stayed identical to SSR off
+    # Adaptive verify width: steps with short or no proposals verify fewer of the 12 nodes, and the
+    # outputs above stayed identical to SSR off and correct
     assert totals["verify_steps"] <= totals["verify_nodes"] < 12 * totals["verify_steps"], totals
     accept = totals["answer_tokens"] / totals["answer_verify_steps"]
     assert accept > 2, totals
