@@ -9,8 +9,9 @@
 2. **Concurrency sweep**: at each level (default 1, 4, 16, 64 requests in flight) a bounded number
    of requests (``max(level, --min-requests)``, at most ``--max-requests``), greedy, streamed;
    output throughput (all completion tokens / wall time), request latency (mean, p50, p90) and
-   drafts started/skipped per method. ``--max-batch 4`` adds an SSR server with ``SSR_MAX_BATCH=4``
-   (no new drafts while more than 4 requests run) to show what that guard buys back.
+   drafts started/skipped per method. ``--max-batch 32`` (the default) adds an SSR server with
+   ``SSR_MAX_BATCH=32`` (drafts until 32 requests run, the GPU default) beside the default SSR
+   server (on CPU: no new drafts from 4 running requests) to show what that back-off buys.
 
 Servers run one at a time (about 5 GB each on CPU), so compare ratios, not absolute numbers,
 on a shared machine.
@@ -49,8 +50,14 @@ def parse_args(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--max-prompt-tokens", type=int, default=None)
     p.add_argument("--methods", default="plain,ngram,ssr", help="comma list of plain,ngram,ssr")
-    p.add_argument("--max-batch", default="4",
-                   help="comma list: an extra SSR server per value with SSR_MAX_BATCH=value ('' for none)")
+    p.add_argument("--max-batch", default="32",
+                   help="comma list: an extra SSR server per value with SSR_MAX_BATCH=value ('' for none); the "
+                        "default 32 (the GPU default) shows what drafting at every batch size costs on CPU, where "
+                        "the default is 4")
+    p.add_argument("--side-by-side", action="store_true",
+                   help="all servers up at once, each level run on every server in an order rotated per level "
+                        "and round (about 5 GB per CPU server); default: one server at a time")
+    p.add_argument("--rounds", type=int, default=1, help="repeat the sweep this many times (figures pooled)")
     p.add_argument("--concurrency", default="1,4,16,64")
     p.add_argument("--min-requests", type=int, default=4, help="requests per level at least")
     p.add_argument("--max-requests", type=int, default=64, help="requests per level at most")
@@ -186,22 +193,30 @@ def main(argv=None) -> int:
     bu.log(f"== load: {', '.join(servers)} on {model} ({args.device}); levels {levels}; {bu.machine()}")
     t_start = time.time()
     sweep, over = {}, {}
-    for name, (kind, env, do_sweep) in servers.items():
-        bu.log(f"== {name}")
+    runs = {name: {c: [] for c, _ in levels} for name, (_, _, do_sweep) in servers.items() if do_sweep}
+    groups = [list(servers)] if args.side_by_side else [[name] for name in servers]
+    for group in groups:
+        bu.log(f"== {', '.join(group)}")
         with contextlib.ExitStack() as stack:
-            srv = bu.start_servers(stack, {name: (server_args(sargs, model, kind), env)}, out_dir, args.device,
-                                   running=bu.parse_urls(args.urls))[name]
-            bu.stream_generate(srv.url, prompts[0]["input_ids"], args.max_new_tokens)  # warm-up, not recorded
-            if args.overhead_n and name in ("plain", "ssr", "ssr_nofallback"):
-                over[name] = overhead(srv.url, prompts[: args.overhead_n], args, with_off=(name != "plain"))
-            if not do_sweep:
-                continue
-            sweep[name] = {}
-            for c, count in levels:
-                sweep[name][c] = level_stats(run_level(srv.url, prompts, c, count, args, f"{name} c={c}"))
-                s = sweep[name][c]
-                bu.log(f"   c={c:>3} n={count:>3}: {s['output_tokens_per_s']:.1f} tok/s, mean latency "
-                       f"{s['mean_latency_s']:.2f} s, drafts {s['drafts_started']} (skipped {s['drafts_skipped']})")
+            srvs = bu.start_servers(stack, {n: (server_args(sargs, model, servers[n][0]), servers[n][1]) for n in group},
+                                    out_dir, args.device, running=bu.parse_urls(args.urls))
+            for name, srv in srvs.items():
+                bu.stream_generate(srv.url, prompts[0]["input_ids"], args.max_new_tokens)  # warm-up, not recorded
+                if args.overhead_n and name in ("plain", "ssr", "ssr_nofallback"):
+                    over[name] = overhead(srv.url, prompts[: args.overhead_n], args, with_off=(name != "plain"))
+            names = [n for n in group if n in runs]
+            for rnd in range(args.rounds):
+                for li, (c, count) in enumerate(levels):
+                    k = (rnd + li) % len(names) if names else 0
+                    for name in names[k:] + names[:k]:  # side by side: the order rotates per level and round
+                        runs[name][c].append(run_level(srvs[name].url, prompts, c, count, args, f"{name} c={c}"))
+                        s = level_stats(runs[name][c][-1])
+                        bu.log(f"   {name} c={c:>3} n={count:>3}: {s['output_tokens_per_s']:.1f} tok/s, mean latency "
+                               f"{s['mean_latency_s']:.2f} s, drafts {s['drafts_started']} "
+                               f"(skipped {s['drafts_skipped']})")
+    for name, lv in runs.items():
+        sweep[name] = {c: level_stats({"wall_s": sum(r["wall_s"] for r in rs), "rows": [x for r in rs for x in r["rows"]]})
+                       for c, rs in lv.items()}
     # relative to plain, at the same level
     verdict = []
     if "plain" in sweep:
@@ -246,7 +261,8 @@ def main(argv=None) -> int:
 def markdown(stamp, cmd, args, model, over, sweep, verdict, wall) -> str:
     f = bu.fmt
     parts = [f"{stamp}, {bu.machine()}; `{cmd}`\n\nModel `{Path(model).name}`, {args.device}, dataset "
-             f"`{args.dataset}`, greedy; servers one at a time; wall {wall:.0f} s."]
+             f"`{args.dataset}`, greedy; {'servers up at once, order rotated' if args.side_by_side else 'servers one at a time'}, "
+             f"{args.rounds} round(s), each level from an empty cache; wall {wall:.0f} s."]
     if over:
         rows = []
         for name in ("plain", "ssr", "ssr_nofallback"):

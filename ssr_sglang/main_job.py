@@ -125,7 +125,9 @@ def run_one(url: str, input_ids, max_new_tokens: int, custom_params=None, think_
 def server_args(args, model: str, method: str) -> list:
     a = ["--model-path", model, "--device", args.device, "--max-running-requests", "16"]
     if args.device == "cpu":
-        a += ["--dtype", "bfloat16", "--max-total-tokens", "32768", "--mem-fraction-static", "0.3"]
+        # --sleep-on-idle: an idle SGLang scheduler otherwise busy-polls a whole core, which on a small CPU
+        # machine slows every other server and the client
+        a += ["--dtype", "bfloat16", "--max-total-tokens", "32768", "--mem-fraction-static", "0.3", "--sleep-on-idle"]
     a += ["--skip-server-warmup", "--log-level", "warning", "--random-seed", "0"]
     if method == "ngram":
         a += ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(args.num_draft_tokens)]

@@ -20,6 +20,7 @@ environment variable           custom_params key          meaning
 ``SSR_REASONING_FALLBACK``     (server only)              ``ngram`` or ``none``: proposals while reasoning
 ``SSR_MAX_KV_USAGE``           (server only)              skip new drafts above this KV-pool usage
 ``SSR_MAX_BATCH``              (server only)              skip new drafts when this many requests run
+                                                          (default 4 on CPU, 32 on GPU)
 ``SSR_VERIFY_WIDTH``           (server only)              ``full`` (default): verify every tree node;
                                                           ``adaptive`` (CPU only): only as many as the
                                                           batch's proposals fill
@@ -40,6 +41,12 @@ from typing import Any, Mapping, Optional
 from ssr_sglang.core.budgets import BudgetSchedule
 
 MAX_DRAFT_TOKENS = 1 << 16
+# Drafts decode in the same batches as real requests. A GPU decode step is memory-bound, so a few more
+# sequences cost little; a CPU pays for every one. Measured on CPU (benchmarks/load.py --side-by-side):
+# drafting at 4 and 16 concurrent requests brought SSR down to plain's throughput (1.02x, 1.03x), while
+# skipping drafts from 4 running requests kept 1.50x.
+DEFAULT_MAX_BATCH = {"cpu": 4}
+DEFAULT_MAX_BATCH_OTHER = 32
 MAX_CLIENT_DRAFTS = 16
 
 
@@ -77,7 +84,7 @@ class ServerConfig:
     defaults: RequestConfig = RequestConfig()
     reasoning_fallback: str = "ngram"
     max_kv_usage: float = 0.85
-    max_batch: int = 32
+    max_batch: Optional[int] = None  # None: DEFAULT_MAX_BATCH for the device
     verify_width: str = "full"  # full | adaptive (CPU only)
     think_start: Optional[str] = None
     think_end: Optional[str] = None
@@ -269,8 +276,8 @@ def server_config_from_env(env: Optional[Mapping[str, str]] = None) -> ServerCon
     fallback = env.get("SSR_REASONING_FALLBACK", "ngram").strip().lower()
     if fallback not in ("ngram", "none"):
         raise SSRConfigError(f"environment variable SSR_REASONING_FALLBACK={fallback!r} must be 'ngram' or 'none'")
-    max_batch = env.get("SSR_MAX_BATCH", "32")
-    if not max_batch.strip().isdigit() or int(max_batch) < 1:
+    max_batch = env.get("SSR_MAX_BATCH")
+    if max_batch is not None and (not max_batch.strip().isdigit() or int(max_batch) < 1):
         raise SSRConfigError(f"environment variable SSR_MAX_BATCH={max_batch!r} must be a positive integer")
     width = env.get("SSR_VERIFY_WIDTH", "full").strip().lower()
     if width not in ("adaptive", "full"):
@@ -280,7 +287,7 @@ def server_config_from_env(env: Optional[Mapping[str, str]] = None) -> ServerCon
         reasoning_fallback=fallback,
         verify_width=width,
         max_kv_usage=_env_float(env, "SSR_MAX_KV_USAGE", 0.85, 0.0, 1.0),
-        max_batch=int(max_batch),
+        max_batch=int(max_batch) if max_batch is not None else None,
         think_start=env.get("SSR_THINK_START") or None,
         think_end=env.get("SSR_THINK_END") or None,
         force_answer_text=env.get("SSR_FORCE_ANSWER_TEXT"),

@@ -69,8 +69,8 @@ def _skip_reason(scheduler, worker, req) -> str:
     cfg = worker.ssr_config
     if _real_requests_waiting(scheduler, worker):
         return "real requests are waiting"
-    if len(scheduler.running_batch.reqs) >= cfg.max_batch:
-        return f"{len(scheduler.running_batch.reqs)} requests running (SSR_MAX_BATCH={cfg.max_batch})"
+    if len(scheduler.running_batch.reqs) >= worker.max_draft_batch:
+        return f"{len(scheduler.running_batch.reqs)} requests running (SSR_MAX_BATCH={worker.max_draft_batch})"
     usage = kv_usage(scheduler)
     if usage > cfg.max_kv_usage:
         return f"KV usage {usage:.2f} > SSR_MAX_KV_USAGE={cfg.max_kv_usage}"

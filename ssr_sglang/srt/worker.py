@@ -27,7 +27,8 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ssr_sglang.core.tree import layout_tree, nodes_in_use
 from ssr_sglang.srt import active, metrics
-from ssr_sglang.srt.config import RequestConfig, SSRConfigError, client_drafts, parse_request, server_config_from_env
+from ssr_sglang.srt.config import (DEFAULT_MAX_BATCH, DEFAULT_MAX_BATCH_OTHER, RequestConfig, SSRConfigError,
+                                   client_drafts, parse_request, server_config_from_env)
 from ssr_sglang.srt.request_state import ANSWER, RequestSSR
 from ssr_sglang.srt.think_ids import from_environment
 
@@ -50,6 +51,8 @@ class SSRWorker(NGRAMWorker):
         self.vocab_size = runner.model_config.vocab_size
         self.requests: Dict[str, RequestSSR] = {}
         self.adaptive_width = _adaptive_width(self.ssr_config.verify_width, runner)
+        device = str(runner.device).split(":")[0]
+        self.max_draft_batch = self.ssr_config.max_batch or DEFAULT_MAX_BATCH.get(device, DEFAULT_MAX_BATCH_OTHER)
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._width = self.draft_token_num  # nodes verified in the current step
         self.totals = metrics.ServerTotals()

@@ -26,8 +26,8 @@ def cpu_server_args(model_path: str, *extra: str, max_total_tokens: int = 16384)
     return [
         "--model-path", str(model_path), "--device", "cpu", "--dtype", "bfloat16",
         "--max-total-tokens", str(max_total_tokens), "--max-running-requests", "32",
-        "--mem-fraction-static", "0.3",
-"--skip-server-warmup", "--log-level", "warning", *extra,
+        "--mem-fraction-static", "0.3", "--sleep-on-idle",  # an idle scheduler otherwise spins a core
+        "--skip-server-warmup", "--log-level", "warning", *extra,
     ]
 
 

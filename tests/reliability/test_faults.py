@@ -22,7 +22,8 @@ from conftest import start_server
 pytestmark = pytest.mark.server
 
 CONTEXT = 320
-ENV = {"SSR_CHECKPOINTS": "8,24,48", "SSR_MAX_DRAFT_TOKENS": "64", "SGLANG_TEST_RETRACT": "1"}
+ENV = {"SSR_CHECKPOINTS": "8,24,48", "SSR_MAX_DRAFT_TOKENS": "64", "SGLANG_TEST_RETRACT": "1",
+       "SSR_MAX_BATCH": "32"}  # drafts under concurrency too (CPU default: none from 4 running requests)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ import requests
 from conftest import start_server
 
 CHECKPOINTS = [16, 48, 96]
-SSR_ENV = {"SSR_CHECKPOINTS": ",".join(map(str, CHECKPOINTS)), "SSR_MAX_DRAFT_TOKENS": "48"}
+# SSR_MAX_BATCH=32 (CPU default 4): drafts must also run, and stay exact, among 8 concurrent requests
+SSR_ENV = {"SSR_CHECKPOINTS": ",".join(map(str, CHECKPOINTS)), "SSR_MAX_DRAFT_TOKENS": "48", "SSR_MAX_BATCH": "32"}
 
 
 @pytest.fixture(scope="module")
