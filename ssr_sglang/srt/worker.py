@@ -55,6 +55,7 @@ class SSRWorker(NGRAMWorker):
         self.max_draft_batch = self.ssr_config.max_batch or DEFAULT_MAX_BATCH.get(device, DEFAULT_MAX_BATCH_OTHER)
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._width = self.draft_token_num  # nodes verified in the current step
+        self.step_started: Optional[float] = None  # perf_counter() at the current step's forward
         self.totals = metrics.ServerTotals()
         if not self.think.end:
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
@@ -106,7 +107,7 @@ class SSRWorker(NGRAMWorker):
     def drop(self, rid: str) -> Optional[RequestSSR]:
         return self.requests.pop(rid, None)
 
-    # -- stage times ----------------------------------------------------------
+    # -- one step: timing, and the rows of a narrowed verify -------------------
     def forward_batch_generation(self, batch, *args, **kwargs):
         self.step_started = time.perf_counter()
         self._width = self.draft_token_num
@@ -128,7 +129,7 @@ class SSRWorker(NGRAMWorker):
         draft of the request was in the same batch; a prefill batch's share per draft it started goes
         to the parent's draft prefill time.
         """
-        started = getattr(self, "step_started", None)
+        started = self.step_started
         if started is None:
             return
         self.step_started = None

@@ -89,7 +89,7 @@ def test_latency_smoke(tmp_path, urls):
     for f in ("results.md", "stages.png", "per_sample_speedup.png", "improvement.png"):
         assert (tmp_path / f).stat().st_size > 100, f
     md = (tmp_path / "results.md").read_text()
-    assert "| ssr |" in md and "draft overhead (s)" in md and "results in" in out
+    assert "| ssr |" in md and "draft overhead, in-request (s)" in md and "results in" in out
 
 
 def test_load_smoke(tmp_path, urls):
