@@ -209,31 +209,45 @@ def arctic_update(cls, tokens: list, streamed: bool) -> float:
     return best_of(run)
 
 
-def arctic_decode(cls, draft: list, answer: list, k: int = 7):
-    cache = cls(max_tree_depth=ARCTIC_DEPTH)
-    cache.start_request("r", draft)
+def timed_decode(answer: list, propose, record, paths=lambda proposal: proposal):
+    """Decode ``answer`` greedily with a peer's proposals: ``propose(out)`` (timed) gives a proposal,
+    ``paths(proposal)`` (not timed: format conversion) its candidate token lists; the longest matching
+    one plus the bonus token is taken and ``record(out, new)`` (timed) tells the peer.
+    Returns (propose us/step, record us/step, steps, tokens/step)."""
     out: list = []
     t_prop = t_rec = 0.0
     steps = 0
     clock = time.perf_counter
     n = len(answer)
     while len(out) < n:
-        ctx = out[-ARCTIC_DEPTH:] if out else [0]
         t0 = clock()
-        d = cache.speculate("r", ctx, max_spec_tokens=k, max_spec_factor=1.0, min_token_prob=0.1,
-                            use_tree_spec=False)
+        proposal = propose(out)
         t1 = clock()
-        best = _greedy_match(answer, len(out), d.token_ids)
+        best = max((_greedy_match(answer, len(out), c) for c in paths(proposal)), default=0)
         new = answer[len(out):len(out) + best + 1]
         out.extend(new)
         t2 = clock()
-        cache.add_active_response("r", new)
+        record(out, new)
         t_rec += clock() - t2
         t_prop += t1 - t0
         steps += 1
-    cache.stop_request("r")
     assert out == answer
     return t_prop / steps * 1e6, t_rec / steps * 1e6, steps, n / steps
+
+
+def arctic_decode(cls, draft: list, answer: list, k: int = 7):
+    cache = cls(max_tree_depth=ARCTIC_DEPTH)
+    cache.start_request("r", draft)
+
+    def propose(out):
+        d = cache.speculate("r", out[-ARCTIC_DEPTH:] if out else [0], max_spec_tokens=k, max_spec_factor=1.0,
+                            min_token_prob=0.1, use_tree_spec=False)
+        return d
+
+    result = timed_decode(answer, propose, lambda out, new: cache.add_active_response("r", new),
+                          lambda d: [d.token_ids])
+    cache.stop_request("r")
+    return result
 
 
 def ngram_update(cls, tokens: list, streamed: bool) -> float:
@@ -257,30 +271,20 @@ def ngram_decode(cls, draft: list, answer: list, num_nodes: int = 8):
     corpus = cls(draft_token_num=num_nodes, max_trie_depth=NGRAM_DEPTH)
     corpus.batch_put([draft])
     corpus.synchronize()
-    out: list = []
-    t_prop = t_rec = 0.0
-    steps = 0
-    clock = time.perf_counter
-    n = len(answer)
-    while len(out) < n:
-        ctx = out[-NGRAM_DEPTH:] if out else [0]
-        t0 = clock()
-        toks, mask = corpus.batch_get(["r"], [ctx], [len(out) + 1])
-        t1 = clock()
-        toks = [int(x) for x in toks]
+
+    def propose(out):
+        return corpus.batch_get(["r"], [out[-NGRAM_DEPTH:] if out else [0]], [len(out) + 1])
+
+    def paths(proposal):
+        toks, mask = proposal
         m = np.asarray(mask).reshape(num_nodes, num_nodes).tolist()
-        best = 0
-        for path in corpus.leaf_paths_from_mask(toks, m):
-            best = max(best, _greedy_match(answer, len(out), path[1:]))  # path[0]: the last token
-        out.extend(answer[len(out):len(out) + best + 1])
-        t2 = clock()
+        return [path[1:] for path in corpus.leaf_paths_from_mask([int(x) for x in toks], m)]  # [0]: last token
+
+    def record(out, new):
         corpus.batch_put([out[-NGRAM_DEPTH:]])
         corpus.synchronize()
-        t_rec += clock() - t2
-        t_prop += t1 - t0
-        steps += 1
-    assert out == answer
-    return t_prop / steps * 1e6, t_rec / steps * 1e6, steps, n / steps
+
+    return timed_decode(answer, propose, record, paths)
 
 
 def peer_rows(size: int, draft: list, answer: list, peers: dict) -> list:

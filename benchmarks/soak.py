@@ -118,6 +118,13 @@ def _body(item: Item, model: str) -> tuple:
     return "/v1/chat/completions", body
 
 
+def _generate_fields(data: dict) -> dict:
+    """What a record keeps of a ``/generate`` response (or its last streamed chunk)."""
+    meta = data["meta_info"]
+    return {"output": data["output_ids"], "ssr": meta.get("ssr"), "finish": meta["finish_reason"]["type"],
+            "ntok": meta["completion_tokens"]}
+
+
 async def _run_one(session, url: str, item: Item, model: str, timeout: float) -> dict:
     import aiohttp
 
@@ -131,10 +138,7 @@ async def _run_one(session, url: str, item: Item, model: str, timeout: float) ->
             elif not item.stream:
                 data = await r.json()
                 if item.api == "generate":
-                    rec["output"] = data["output_ids"]
-                    rec["ssr"] = data["meta_info"].get("ssr")
-                    rec["finish"] = data["meta_info"]["finish_reason"]["type"]
-                    rec["ntok"] = data["meta_info"]["completion_tokens"]
+                    rec.update(_generate_fields(data))
                 else:
                     rec["output"] = data["choices"][0]["message"]["content"]
                     rec["finish"] = data["choices"][0]["finish_reason"]
@@ -153,10 +157,7 @@ async def _run_one(session, url: str, item: Item, model: str, timeout: float) ->
                             text.append(ch.get("delta", {}).get("content") or "")
                             finish = ch.get("finish_reason") or finish
                 if item.api == "generate":
-                    rec["output"] = last["output_ids"]
-                    rec["ssr"] = last["meta_info"].get("ssr")
-                    rec["finish"] = last["meta_info"]["finish_reason"]["type"]
-                    rec["ntok"] = last["meta_info"]["completion_tokens"]
+                    rec.update(_generate_fields(last))
                 else:
                     rec["output"] = "".join(text)
                     rec["finish"] = finish

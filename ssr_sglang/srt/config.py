@@ -41,12 +41,19 @@ from typing import Any, Mapping, Optional
 from ssr_sglang.core.budgets import BudgetSchedule
 
 MAX_DRAFT_TOKENS = 1 << 16
-# Drafts decode in the same batches as real requests. A GPU decode step is memory-bound, so a few more
-# sequences cost little; a CPU pays for every one. Measured on CPU (benchmarks/load.py --side-by-side):
-# drafting at 4 and 16 concurrent requests brought SSR down to plain's throughput (1.02x, 1.03x), while
-# skipping drafts from 4 running requests kept 1.50x.
-DEFAULT_MAX_BATCH = {"cpu": 4}
-DEFAULT_MAX_BATCH_OTHER = 32
+
+
+def default_max_batch(device: str) -> int:
+    """``SSR_MAX_BATCH`` when unset, for a ``--device`` such as ``cpu`` or ``cuda:0``.
+
+    Drafts decode in the same batches as real requests. A GPU decode step is memory-bound, so a few
+    more sequences cost little; a CPU pays for every one. Measured on CPU (``benchmarks/load.py
+    --side-by-side``): drafting at 4 and 16 concurrent requests brought SSR down to plain's throughput
+    (1.04x, 1.11x), while skipping drafts from 4 running requests kept 1.28x and 1.60x.
+    """
+    return 4 if str(device).split(":")[0] == "cpu" else 32
+
+
 MAX_CLIENT_DRAFTS = 16
 
 
@@ -84,7 +91,7 @@ class ServerConfig:
     defaults: RequestConfig = RequestConfig()
     reasoning_fallback: str = "ngram"
     max_kv_usage: float = 0.85
-    max_batch: Optional[int] = None  # None: DEFAULT_MAX_BATCH for the device
+    max_batch: Optional[int] = None  # None: default_max_batch(device)
     verify_width: str = "full"  # full | adaptive (CPU only)
     think_start: Optional[str] = None
     think_end: Optional[str] = None

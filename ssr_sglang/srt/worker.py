@@ -23,12 +23,17 @@ import logging
 import time
 from typing import Dict, Optional
 
-from sglang.srt.speculative.ngram_worker import NGRAMWorker
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sglang.srt.configs.hybrid_arch import mambaish_config
+from sglang.srt.speculative.ngram_info import NgramVerifyInput
+from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices_from_tree_mask_func
 
-from ssr_sglang.core.tree import layout_tree, nodes_in_use
+from ssr_sglang.core.tree import build_chain, layout_tree, nodes_in_use
 from ssr_sglang.srt import active, metrics
-from ssr_sglang.srt.config import (DEFAULT_MAX_BATCH, DEFAULT_MAX_BATCH_OTHER, RequestConfig, SSRConfigError,
-                                   client_drafts, parse_request, server_config_from_env)
+from ssr_sglang.srt.config import (RequestConfig, SSRConfigError, client_drafts, default_max_batch, parse_request,
+                                   server_config_from_env)
 from ssr_sglang.srt.request_state import ANSWER, RequestSSR
 from ssr_sglang.srt.think_ids import from_environment
 
@@ -51,8 +56,7 @@ class SSRWorker(NGRAMWorker):
         self.vocab_size = runner.model_config.vocab_size
         self.requests: Dict[str, RequestSSR] = {}
         self.adaptive_width = _adaptive_width(self.ssr_config.verify_width, runner)
-        device = str(runner.device).split(":")[0]
-        self.max_draft_batch = self.ssr_config.max_batch or DEFAULT_MAX_BATCH.get(device, DEFAULT_MAX_BATCH_OTHER)
+        self.max_draft_batch = self.ssr_config.max_batch or default_max_batch(runner.device)
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._width = self.draft_token_num  # nodes verified in the current step
         self.step_started: Optional[float] = None  # perf_counter() at the current step's forward
@@ -114,8 +118,6 @@ class SSRWorker(NGRAMWorker):
         result = super().forward_batch_generation(batch, *args, **kwargs)
         if self._width < self.draft_token_num:
             # Accepted tokens come back in rows of ``width``; SGLang reads rows of the full width.
-            import torch.nn.functional as F
-
             rows = result.next_token_ids.view(-1, self._width)
             padded = F.pad(rows, (0, self.draft_token_num - self._width)).reshape(-1)
             result.next_token_ids = padded
@@ -134,8 +136,6 @@ class SSRWorker(NGRAMWorker):
             return
         self.step_started = None
         if str(self.device).startswith("cuda"):  # result processing waits for the device next anyway
-            import torch
-
             torch.cuda.current_stream().synchronize()
         seconds = time.perf_counter() - started
         states = [self.requests.get(r.rid) for r in batch.reqs]
@@ -161,7 +161,7 @@ class SSRWorker(NGRAMWorker):
             req_drafts, mask = self._empty_proposals(batch)
         n = self.draft_token_num
         nn = n * n
-        widths = [n] * len(batch.reqs)
+        widths = [n] * len(batch.reqs) if self.adaptive_width else None  # nodes in use, per request
         for i, req in enumerate(batch.reqs):
             st = self.state_for(req)
             out = req.output_ids
@@ -173,18 +173,20 @@ class SSRWorker(NGRAMWorker):
                 tree = layout_tree(last, [b.tokens for b in branches], n)
                 req_drafts[i * n:(i + 1) * n] = tree.tokens
                 mask[i * nn:(i + 1) * nn] = tree.mask
-                widths[i] = tree.num_real
+                if widths is not None:
+                    widths[i] = tree.num_real
             else:
                 if st.phase == ANSWER:
                     st.note_plain_step(out)
-                widths[i] = nodes_in_use(req_drafts[i * n:(i + 1) * n], mask[i * nn:(i + 1) * nn], n)
+                if widths is not None:
+                    widths[i] = nodes_in_use(req_drafts[i * n:(i + 1) * n], mask[i * nn:(i + 1) * nn], n)
         self._widths = widths
         return req_drafts, mask
 
     def _prepare_for_speculative_decoding(self, batch):
         self._widths = None
         super()._prepare_for_speculative_decoding(batch)
-        if not (self.adaptive_width and self._widths and batch.forward_mode.is_target_verify()):
+        if not (self._widths and batch.forward_mode.is_target_verify()):
             return
         if batch.has_grammar or batch.return_logprob:
             return  # SGLang derives grammar masks and logprobs at the full width
@@ -199,10 +201,6 @@ class SSRWorker(NGRAMWorker):
         subtree; the nodes cut are padding or, for a request with a narrower tree than the batch's
         widest, nothing. The KV slots stay reserved as for a full step; only fewer are written.
         """
-        import torch
-        from sglang.srt.speculative.ngram_info import NgramVerifyInput
-        from sglang.srt.speculative.ngram_worker import reconstruct_indices_from_tree_mask_func
-
         n, bs, info = self.draft_token_num, len(batch.reqs), batch.spec_info
         tokens = info.draft_token.view(bs, n)[:, :width].reshape(-1).contiguous()
         mask = info.custom_mask.view(bs, n, n)[:, :width, :width].reshape(-1).contiguous()
@@ -222,10 +220,6 @@ class SSRWorker(NGRAMWorker):
 
     def _empty_proposals(self, batch):
         """Every request gets a tree of padding only: one verified token per step."""
-        import numpy as np
-
-        from ssr_sglang.core.tree import build_chain
-
         self.prev_token_ids, self.prev_accept_lens = [], [0] * len(batch.reqs)  # read by the corpus update
         bs = len(batch.reqs)
         last = [req.output_ids[-1] if len(req.output_ids) else req.origin_input_ids_unpadded[-1] for req in batch.reqs]
@@ -243,10 +237,4 @@ def _adaptive_width(setting: str, runner) -> bool:
     if not str(runner.device).startswith("cpu"):
         raise SSRConfigError("environment variable SSR_VERIFY_WIDTH=adaptive is supported on CPU only "
                              "(GPU verify steps run at a fixed width in CUDA graphs); use 'full'")
-    return not getattr(runner.model_config, "is_hybrid_swa", False) and _no_recurrent_state(runner)
-
-
-def _no_recurrent_state(runner) -> bool:
-    from sglang.srt.configs.hybrid_arch import mambaish_config
-
-    return mambaish_config(runner.model_config) is None
+    return not getattr(runner.model_config, "is_hybrid_swa", False) and mambaish_config(runner.model_config) is None
