@@ -3,8 +3,8 @@
 Scheduler process:
 * ``Scheduler.process_batch_result`` (around): after each batch, settle finished requests and
   fork the drafts whose checkpoints were reached;
-* ``Scheduler.get_output_streamer_class`` (replace): an output streamer that hides draft requests
-  and attaches ``meta_info["ssr"]``;
+* ``Scheduler.get_output_streamer_class`` (around; only on an SSR server): an output streamer that
+  hides draft requests and attaches ``meta_info["ssr"]``;
 * ``Scheduler.send_abort_output`` (around): drafts aborted while queued send nothing to clients;
 * ``SchedulePolicy.calc_priority`` (around): queued drafts go after every real request;
 * ``SchedulerInternalStateController._add_speculative`` (after): ``/server_info`` totals.
@@ -37,7 +37,7 @@ def install() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(f"{SCHED}.process_batch_result", _process_batch_result, HookType.AROUND)
-    HookRegistry.register(f"{SCHED}.get_output_streamer_class", _output_streamer_class, HookType.REPLACE)
+    HookRegistry.register(f"{SCHED}.get_output_streamer_class", _output_streamer_class, HookType.AROUND)
     HookRegistry.register(f"{SCHED}.send_abort_output", _send_abort_output, HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority", _calc_priority,
                           HookType.AROUND)
@@ -102,7 +102,12 @@ def _add_speculative(result, self, state, *args, **kwargs):
     return result
 
 
-def _output_streamer_class(self):
+def _output_streamer_class(original, self, *args, **kwargs):
+    """SSR's streamer only on a server that serves SSR; any other server keeps SGLang's own class
+    (an AROUND hook, so whatever SGLang or another plugin returns there stays in force). SSR's
+    streamer adds customized output, which SGLang's Rust egress (``SGLANG_RUST_SERVER=1``) refuses."""
+    if not _serves_ssr(self):
+        return original(self, *args, **kwargs)
     return ssr_output_streamer_class()
 
 
@@ -146,8 +151,9 @@ def ssr_output_streamer_class():
 
 
 # -- tokenizer manager -------------------------------------------------------
-def _serves_ssr(tm) -> bool:
-    algo = getattr(tm.server_args, "speculative_algorithm", None)
+def _serves_ssr(obj) -> bool:
+    """Does the scheduler or tokenizer manager ``obj`` serve ``--speculative-algorithm SSR``?"""
+    algo = getattr(getattr(obj, "server_args", None), "speculative_algorithm", None)
     return isinstance(algo, str) and algo.upper() == "SSR"
 
 

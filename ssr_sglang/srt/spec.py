@@ -48,6 +48,7 @@ class SSRSpecAlgo(CustomSpecAlgo):
             raise ValueError(f"--speculative-algorithm SSR supports --device cuda, cpu or xpu, not {sa.device!r}")
         if getattr(sa, "enable_dp_attention", False):
             raise ValueError("--speculative-algorithm SSR does not support --enable-dp-attention yet")
+        refuse_unsupported(sa)
         changed = {}
         if not sa.disable_overlap_schedule:
             sa.disable_overlap_schedule = True
@@ -81,3 +82,29 @@ class SSRSpecAlgo(CustomSpecAlgo):
             )
         if changed:
             logger.info("SSR set server defaults: %s", ", ".join(f"{k}={v}" for k, v in changed.items()))
+
+
+def refuse_unsupported(sa) -> None:
+    """Deployments SSR cannot serve correctly stop the server at start-up, naming the setting.
+
+    * PD disaggregation: a forked draft lands in the bootstrap / prealloc queues, not in
+      ``waiting_queue``, so SSR would count it as rejected while it runs on, unhidden.
+    * Pipeline parallelism: drafts are forked from ``process_batch_result`` of one scheduler, and
+      the pipeline's micro-batches are not the batches SSR's bookkeeping reads.
+    * ``SGLANG_RUST_SERVER=1``: SSR's ``meta_info["ssr"]`` travels as additional customized output,
+      which SGLang's Rust egress refuses.
+    """
+    mode = getattr(sa, "disaggregation_mode", "null")
+    if mode not in (None, "null"):
+        raise ValueError(f"--speculative-algorithm SSR does not support PD disaggregation "
+                         f"(--disaggregation-mode {mode}); serve SSR without --disaggregation-mode")
+    pp = getattr(sa, "pp_size", 1) or 1
+    if pp > 1:
+        raise ValueError(f"--speculative-algorithm SSR does not support pipeline parallelism (--pp-size {pp}); "
+                         f"use --pp-size 1")
+    from sglang.srt.environ import envs
+
+    if envs.SGLANG_RUST_SERVER.get():
+        raise ValueError("--speculative-algorithm SSR does not support SGLang's Rust server "
+                         "(environment variable SGLANG_RUST_SERVER=1): its egress refuses the per-request "
+                         "meta_info['ssr']; unset SGLANG_RUST_SERVER")

@@ -17,6 +17,9 @@ CASES = [  # (extra env, extra args, what the error must name): real launches, o
     ({"SSR_EVERY": "abc"}, [], "SSR_EVERY"),
     ({"SSR_MAX_KV_USAGE": "2"}, [], "SSR_MAX_KV_USAGE"),
     ({}, ["--speculative-num-draft-tokens", "0"], "--speculative-num-draft-tokens"),
+    ({}, ["--pp-size", "2"], "--pp-size"),
+    ({}, ["--disaggregation-mode", "decode"], "--disaggregation-mode"),
+    ({"SGLANG_RUST_SERVER": "1"}, [], "SGLANG_RUST_SERVER"),
 ]
 # The same check as the launcher runs (``SSRSpecAlgo.handle_server_args``), without a launch each.
 ENV_CASES = [
@@ -72,10 +75,75 @@ def _launch(model, env, args):
 
 
 def test_invalid_settings_fail_at_startup_naming_them(tiny_qwen3):
-    with cf.ThreadPoolExecutor(3) as pool:
+    with cf.ThreadPoolExecutor(3) as pool:  # start-up fails before any model loads: cheap
         results = list(pool.map(lambda c: _launch(tiny_qwen3, c[0], c[1]), CASES))
     failures = []
     for (env, args, name), (rc, out) in zip(CASES, results):
         if rc in (None, 0) or name not in out:
             failures.append((env, args, rc, out[-600:]))
     assert not failures, failures
+
+
+# -- deployments SSR refuses, and servers it must leave alone -------------------------------------------
+UNSUPPORTED = [  # (server args, environment, what the error must name)
+    ({"disaggregation_mode": "prefill"}, {}, "--disaggregation-mode prefill"),
+    ({"disaggregation_mode": "decode"}, {}, "--disaggregation-mode decode"),
+    ({"pp_size": 2}, {}, "--pp-size 2"),
+    ({}, {"SGLANG_RUST_SERVER": "1"}, "SGLANG_RUST_SERVER"),
+]
+
+
+@pytest.mark.parametrize("args,env,name", UNSUPPORTED)
+def test_unsupported_deployments_refused_naming_the_flag(args, env, name, monkeypatch):
+    from ssr_sglang.srt.spec import refuse_unsupported
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    sa = type("Args", (), {"device": "cpu", "disaggregation_mode": "null", "pp_size": 1, **args})()
+    with pytest.raises(ValueError, match=name.replace("-", "\\-")):
+        refuse_unsupported(sa)
+
+
+def test_supported_deployment_passes(monkeypatch):
+    from ssr_sglang.srt.spec import refuse_unsupported
+
+    monkeypatch.delenv("SGLANG_RUST_SERVER", raising=False)
+    refuse_unsupported(type("Args", (), {"device": "cpu", "disaggregation_mode": "null", "pp_size": 1})())
+
+
+STREAMER_CHECK = r"""
+from types import SimpleNamespace as NS
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+load_plugins()
+HookRegistry.apply_hooks()
+from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
+for algo in (None, "NGRAM", "EAGLE", "SSR", "ssr"):
+    cls = Scheduler.get_output_streamer_class(NS(server_args=NS(speculative_algorithm=algo)))
+    print(algo, cls is SchedulerOutputStreamer, cls.has_additional_customized_info)
+"""
+
+
+def test_output_streamer_hook_only_on_ssr_servers():
+    """The plugin's streamer (customized output, which SGLang's Rust egress refuses) is used only by a
+    server that serves SSR; any other server in the same environment keeps SGLang's own class."""
+    p = subprocess.run([sys.executable, "-c", STREAMER_CHECK], env={**os.environ, **CPU_ENV}, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = [ln.split() for ln in p.stdout.splitlines() if ln.split()[:1] and ln.split()[0] in
+             ("None", "NGRAM", "EAGLE", "SSR", "ssr")]
+    assert lines == [["None", "True", "False"], ["NGRAM", "True", "False"], ["EAGLE", "True", "False"],
+                     ["SSR", "False", "True"], ["ssr", "False", "True"]], p.stdout
+
+
+def test_plain_server_with_rust_egress_untouched_by_the_plugin():
+    """A plain server in an environment with the plugin installed starts and serves with
+    SGLANG_RUST_SERVER=1 (before, the plugin's streamer was installed everywhere and SGLang's Rust
+    egress refused it at start-up)."""
+    from ssr_sglang.models import bundled_model_path
+    from ssr_sglang.testing.server import Server
+
+    with Server(cpu_server_args(bundled_model_path()), env={"SGLANG_RUST_SERVER": "1"}) as s:
+        out = s.generate(text="count the items", max_new_tokens=4)
+        assert len(out["output_ids"]) == 4
