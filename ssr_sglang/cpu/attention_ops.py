@@ -54,39 +54,53 @@ def _check_unsupported(is_cross_attention: bool, op: str) -> None:
 
 
 def _attend(
-    q: torch.Tensor,  # [M, H, Dq] float32
-    k: torch.Tensor,  # [L, Hkv, Dq] float32
-    v: torch.Tensor,  # [L, Hkv, Dv] float32
-    visible: Optional[torch.Tensor],  # [M, L] bool, None = everything visible
+    q: torch.Tensor,  # [B, M, H, Dq] float32
+    k: torch.Tensor,  # [B, L, Hkv, Dq] float32
+    v: torch.Tensor,  # [B, L, Hkv, Dv] float32
+    visible: Optional[torch.Tensor],  # [B, M, L] bool, None = everything visible
     sm_scale: float,
     logit_cap: float,
     sinks: Optional[torch.Tensor],  # [H] float32 or None
 ) -> torch.Tensor:
-    """Softmax attention of ``M`` queries over ``L`` keys, GQA-aware. Returns ``[M, H, Dv]``."""
-    m, h, dq = q.shape
-    hkv = k.shape[1]
+    """Softmax attention of ``M`` queries over ``L`` keys for ``B`` requests at once, GQA-aware.
+
+    Returns ``[B, M, H, Dv]``. Every dot product reduces over the head dimension, and a key that is
+    not visible contributes an exact zero, so a request's result does not depend on the others in
+    the batch or on how far its keys are padded.
+    """
+    b, m, h, dq = q.shape
+    hkv = k.shape[2]
     if h % hkv != 0:
         raise ValueError(f"number of query heads ({h}) is not a multiple of kv heads ({hkv})")
     group = h // hkv
-    qg = q.reshape(m, hkv, group, dq).permute(1, 2, 0, 3)  # [Hkv, G, M, Dq]
-    kt = k.permute(1, 2, 0)  # [Hkv, Dq, L]
-    scores = torch.matmul(qg, kt.unsqueeze(1)) * sm_scale  # [Hkv, G, M, L]
+    qg = q.reshape(b, m, hkv, group, dq).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, M, Dq]
+    kt = k.permute(0, 2, 3, 1).unsqueeze(2)  # [B, Hkv, 1, Dq, L]
+    scores = torch.matmul(qg, kt) * sm_scale  # [B, Hkv, G, M, L]
     if logit_cap > 0:
         scores = logit_cap * torch.tanh(scores / logit_cap)
     if visible is not None:
-        scores = scores.masked_fill(~visible, float("-inf"))
+        scores = scores.masked_fill(~visible[:, None, None], float("-inf"))
     row_max = scores.amax(dim=-1, keepdim=True)
     if sinks is not None:
-        row_max = torch.maximum(row_max, sinks.view(hkv, group, 1, 1))
+        row_max = torch.maximum(row_max, sinks.view(1, hkv, group, 1, 1))
     # Fully masked rows (no visible key, no sink) would give NaN; they produce zeros instead.
     row_max = torch.nan_to_num(row_max, nan=0.0, neginf=0.0)
     probs = torch.exp(scores - row_max)
     denom = probs.sum(dim=-1, keepdim=True)
     if sinks is not None:
-        denom = denom + torch.exp(sinks.view(hkv, group, 1, 1) - row_max)
-    out = torch.matmul(probs, v.permute(1, 0, 2).unsqueeze(1))  # [Hkv, G, M, Dv]
+        denom = denom + torch.exp(sinks.view(1, hkv, group, 1, 1) - row_max)
+    out = torch.matmul(probs, v.permute(0, 2, 1, 3).unsqueeze(2))  # [B, Hkv, G, M, Dv]
     out = out / torch.where(denom > 0, denom, torch.ones_like(denom))
-    return out.permute(2, 0, 1, 3).reshape(m, h, v.shape[-1])
+    return out.permute(0, 3, 1, 2, 4).reshape(b, m, h, v.shape[-1])
+
+
+def _gather_kv(buffer: torch.Tensor, scale: float, req_to_token: torch.Tensor, rows: torch.Tensor,
+               lens: torch.Tensor, width: int) -> torch.Tensor:
+    """Keys (or values) of ``B`` requests as ``[B, width, Hkv, D]`` float32; positions at or past a
+    request's length read slot 0 (to be masked)."""
+    slots = req_to_token[rows, :width].long()
+    slots = torch.where(torch.arange(width)[None, :] < lens[:, None], slots, torch.zeros_like(slots))
+    return _load_kv(buffer, slots, scale)
 
 
 def _window_mask(
@@ -141,6 +155,11 @@ def extend_attention_cpu(
     start_list = extend_start_loc.tolist()
     rpi_list = req_pool_indices.tolist()
     h = q_extend.shape[1]
+    if window <= 0 and _batchable(ext_list, start_list, seq_list, h):
+        _extend_batched(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,
+                        req_to_token, req_pool_indices, seq_lens, ext_list[0], sm_scale, logit_cap, sink_f,
+                        tree_mask, is_causal)
+        return
     mask_off = 0
     for i, (seq_len, ext, start, rpi) in enumerate(zip(seq_list, ext_list, start_list, rpi_list)):
         seq_len, ext, start = int(seq_len), int(ext), int(start)
@@ -181,9 +200,55 @@ def extend_attention_cpu(
                 wm = _window_mask(prefix + q_idx, k_pos, window, is_causal)
                 visible = wm if visible is None else visible & wm
             out = _attend(
-                q_extend[start + c0 : start + c1].float(), k, v, visible, sm_scale, logit_cap, sink_f
+                q_extend[None, start + c0 : start + c1].float(), k[None], v[None],
+                None if visible is None else visible[None], sm_scale, logit_cap, sink_f,
             )
-            o_extend[start + c0 : start + c1] = out.to(o_extend.dtype)
+            o_extend[start + c0 : start + c1] = out[0].to(o_extend.dtype)
+
+
+def _batchable(ext_list, start_list, seq_list, heads: int) -> bool:
+    """One batched call serves a step where every request extends by the same number of tokens, laid
+    out back to back (a verify step, a decode step), within the score-size bound."""
+    if not ext_list or ext_list[0] <= 0 or len(set(ext_list)) != 1:
+        return False
+    ext = ext_list[0]
+    if any(st != i * ext for i, st in enumerate(start_list)) or min(seq_list) < ext:
+        return False
+    return len(ext_list) * heads * ext * max(seq_list) <= _MAX_SCORE_ELEMS
+
+
+def _extend_batched(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,
+                    req_to_token, req_pool_indices, seq_lens, ext, sm_scale, logit_cap, sinks, tree_mask,
+                    is_causal) -> None:
+    """:func:`extend_attention_cpu` for ``B`` requests of ``ext`` new tokens each, in one pass.
+
+    Keys are padded to the longest request and masked; each request sees its cached prefix, and of
+    this step's block what its tree mask (or causality) allows -- the same visibility as the
+    per-request path.
+    """
+    bsz = seq_lens.numel()
+    lens = seq_lens.long()
+    width = int(lens.max())
+    prefix = lens - ext
+    k = _gather_kv(k_buffer, key_scale, req_to_token, req_pool_indices.long(), lens, width)
+    v = _gather_kv(v_buffer, value_scale, req_to_token, req_pool_indices.long(), lens, width)
+    if k_extend is not None and v_extend is not None:  # this step's keys as given, not as stored
+        rows = torch.arange(bsz).repeat_interleave(ext)
+        cols = (prefix[:, None] + torch.arange(ext)[None, :]).reshape(-1)
+        k[rows, cols] = k_extend[: bsz * ext].float()
+        v[rows, cols] = v_extend[: bsz * ext].float()
+    if tree_mask is not None:
+        block = tree_mask[: bsz * ext * ext].view(bsz, ext, ext).bool()
+    elif is_causal:
+        block = torch.ones(ext, ext, dtype=torch.bool).tril().expand(bsz, ext, ext)
+    else:
+        block = torch.ones(bsz, ext, ext, dtype=torch.bool)
+    rel = torch.arange(width)[None, None, :] - prefix[:, None, None]  # key position in the block
+    in_block = (rel >= 0) & (rel < ext)
+    visible = (rel < 0) | (in_block & block.gather(2, rel.clamp(0, ext - 1).expand(bsz, ext, width)))
+    q = q_extend[: bsz * ext].float().view(bsz, ext, *q_extend.shape[1:])
+    out = _attend(q, k, v, visible, sm_scale, logit_cap, sinks)
+    o_extend[: bsz * ext] = out.reshape(bsz * ext, *o_extend.shape[1:]).to(o_extend.dtype)
 
 
 def decode_attention_cpu(
@@ -224,6 +289,17 @@ def decode_attention_cpu(
     sink_f = sinks.float() if sinks is not None else None
     seq_list = seq_lens.tolist()
     rpi_list = req_pool_indices.tolist()
+    if window <= 0 and seq_list and min(seq_list) > 0 \
+            and len(seq_list) * query.shape[1] * max(seq_list) <= _MAX_SCORE_ELEMS:
+        lens = seq_lens.long()
+        width = int(lens.max())
+        rows = req_pool_indices.long()
+        k = _gather_kv(k_cache, key_scale, req_to_token, rows, lens, width)
+        v = _gather_kv(v_cache, value_scale, req_to_token, rows, lens, width)
+        visible = (torch.arange(width)[None, :] < lens[:, None])[:, None, :]
+        out = _attend(query.float()[:, None], k, v, visible, sm_scale, logit_cap, sink_f)
+        output.copy_(out[:, 0].reshape(output.shape).to(output.dtype))
+        return
     for i, (seq_len, rpi) in enumerate(zip(seq_list, rpi_list)):
         seq_len = int(seq_len)
         start = max(0, seq_len - window) if window > 0 else 0
@@ -233,5 +309,5 @@ def decode_attention_cpu(
         slots = req_to_token[int(rpi), start:seq_len].long()
         k = _load_kv(k_cache, slots, key_scale)
         v = _load_kv(v_cache, slots, value_scale)
-        out = _attend(query[i : i + 1].float(), k, v, None, sm_scale, logit_cap, sink_f)
-        output[i] = out[0].to(output.dtype)
+        out = _attend(query[None, i : i + 1].float(), k[None], v[None], None, sm_scale, logit_cap, sink_f)
+        output[i] = out[0, 0].to(output.dtype)

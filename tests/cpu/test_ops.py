@@ -203,6 +203,39 @@ def test_target_verify_tree_mask(seed, n):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_verify_batch_invariant(seed):
+    """A verify step over several requests (one batched pass, keys padded to the longest) gives each
+    request bit for bit what it gets alone: a draft beside a request does not change its tokens."""
+    n, prefix = 6, [40, 3, 17, 25]
+    b = _make_batch(seed, prefix_lens=prefix, ext_lens=[n] * len(prefix), h=8, hkv=2, d=16, dv=16,
+                    dtype=torch.bfloat16)
+    blocks = [_random_tree_mask(n, b["gen"])[1] for _ in prefix]
+    flat = torch.tensor([x for blk in blocks for row in blk for x in row], dtype=torch.bool)
+    together = _run_extend(b, h=8, dv=16, scale=0.25, tree_mask=flat)
+    for i in range(len(prefix)):
+        one = dict(b, q=b["q"][i * n:(i + 1) * n], req_pool_indices=b["req_pool_indices"][i:i + 1],
+                   seq_lens=b["seq_lens"][i:i + 1], ext_lens=b["ext_lens"][i:i + 1],
+                   starts=torch.zeros(1, dtype=torch.int32), k_ext=b["k_ext"][i * n:(i + 1) * n],
+                   v_ext=b["v_ext"][i * n:(i + 1) * n])
+        alone = _run_extend(one, h=8, dv=16, scale=0.25, tree_mask=flat[i * n * n:(i + 1) * n * n])
+        assert torch.equal(alone, together[i * n:(i + 1) * n]), f"request {i}"
+
+
+def test_decode_batch_invariant():
+    seq_lens = [1, 30, 7, 64]
+    gen, q, k_cache, v_cache, k_new, v_new, loc, r2t, rpi = _decode_case(
+        5, h=8, hkv=2, d=16, dv=8, dtype=torch.bfloat16, seq_lens=seq_lens)
+    together = torch.empty(len(seq_lens), 8, 8, dtype=torch.bfloat16)
+    decode_attention_cpu(q, k_cache, v_cache, 1.0, 1.0, together, k_new, v_new, loc, torch.empty(0), r2t, rpi,
+                         torch.tensor(seq_lens), 0.25, 0.0)
+    for i, s in enumerate(seq_lens):
+        alone = torch.empty(1, 8, 8, dtype=torch.bfloat16)
+        decode_attention_cpu(q[i:i + 1], k_cache, v_cache, 1.0, 1.0, alone, None, None, loc[i:i + 1],
+                             torch.empty(0), r2t, rpi[i:i + 1], torch.tensor([s]), 0.25, 0.0)
+        assert torch.equal(alone, together[i:i + 1]), f"request {i}"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_extend_logit_cap_and_sinks(seed):
     prefix, ext = [3, 1], [3, 2]
     b = _make_batch(seed, prefix_lens=prefix, ext_lens=ext, h=4, hkv=2, d=8, dv=8, dtype=torch.float32)
