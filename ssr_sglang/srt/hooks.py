@@ -5,7 +5,9 @@ Scheduler process:
   fork the drafts whose checkpoints were reached;
 * ``Scheduler.get_output_streamer_class`` (around; only on an SSR server): an output streamer that
   hides draft requests and attaches ``meta_info["ssr"]``;
-* ``Scheduler.send_abort_output`` (around): drafts aborted while queued send nothing to clients;
+* ``Scheduler.send_abort_output`` (around): a request SGLang ends outside the output stream drops its
+  SSR state and aborts its drafts; drafts aborted while queued send nothing to clients;
+* ``Scheduler.on_idle`` (around): drop SSR state whose request SGLang no longer holds;
 * ``SchedulePolicy.calc_priority`` (around): queued drafts go after every real request;
 * ``SchedulerInternalStateController._add_speculative`` (after): ``/server_info`` totals.
 
@@ -39,6 +41,7 @@ def install() -> None:
     HookRegistry.register(f"{SCHED}.process_batch_result", _process_batch_result, HookType.AROUND)
     HookRegistry.register(f"{SCHED}.get_output_streamer_class", _output_streamer_class, HookType.AROUND)
     HookRegistry.register(f"{SCHED}.send_abort_output", _send_abort_output, HookType.AROUND)
+    HookRegistry.register(f"{SCHED}.on_idle", _on_idle, HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority", _calc_priority,
                           HookType.AROUND)
     HookRegistry.register(
@@ -58,18 +61,25 @@ def _worker():
 # -- scheduler ---------------------------------------------------------------
 def _process_batch_result(original, self, batch, result, *args, **kwargs):
     w = _worker()
-    counted = w is not None and batch is not None and (batch.forward_mode.is_decode() or batch.forward_mode.is_extend())
-    if counted:
-        w.note_step(batch)  # before the outputs are streamed: a request's final metrics include its last step
-    out = original(self, batch, result, *args, **kwargs)
-    if counted:
-        from ssr_sglang.srt import drafts
+    if w is None:
+        return original(self, batch, result, *args, **kwargs)
+    from ssr_sglang.srt import lifecycle
 
-        for req in batch.reqs:
-            if req.finished():
-                drafts.on_finished(self, w, req)
-        drafts.maybe_fork(self, w, batch)
+    counted = batch is not None and (batch.forward_mode.is_decode() or batch.forward_mode.is_extend())
+    if counted:
+        lifecycle.before_batch(w, batch)  # before the outputs are streamed: final metrics include the last step
+    out = original(self, batch, result, *args, **kwargs)
+    lifecycle.after_batch(self, w, batch, counted)  # contains its own failures
     return out
+
+
+def _on_idle(original, self, *args, **kwargs):
+    w = _worker()
+    if w is not None:
+        from ssr_sglang.srt import lifecycle
+
+        lifecycle.on_idle(self, w)
+    return original(self, *args, **kwargs)
 
 
 def _calc_priority(original, self, waiting_queue, *args, **kwargs):
@@ -77,18 +87,25 @@ def _calc_priority(original, self, waiting_queue, *args, **kwargs):
     out = original(self, waiting_queue, *args, **kwargs)
     w = _worker()
     if w is not None and len(waiting_queue) > 1:
-        drafts = [r for r in waiting_queue if w.is_hidden(r.rid)]
-        if drafts and len(drafts) < len(waiting_queue):
-            waiting_queue[:] = [r for r in waiting_queue if not w.is_hidden(r.rid)] + drafts
+        hidden = [w.is_hidden(r.rid) for r in waiting_queue]
+        if any(hidden) and not all(hidden):
+            waiting_queue[:] = [r for r, h in zip(waiting_queue, hidden) if not h] + \
+                [r for r, h in zip(waiting_queue, hidden) if h]
     return out
 
 
 def _send_abort_output(original, self, abort_req, req, *args, **kwargs):
+    """SGLang ends ``req`` outside the output stream (aborted while queued, retract_decode aborting on KV
+    exhaustion, priority eviction, rejection): settle its SSR state and abort its drafts; a draft's
+    abort output never reaches the tokenizer manager."""
     w = _worker()
-    if w is not None and req is not None and w.is_hidden(req.rid):
-        from ssr_sglang.srt import drafts
+    if w is None or req is None:
+        return original(self, abort_req, req, *args, **kwargs)
+    hidden = w.is_hidden(req.rid)
+    from ssr_sglang.srt import lifecycle
 
-        drafts.on_aborted_in_queue(w, req)
+    lifecycle.on_abort_output(self, w, req)
+    if hidden:
         return None
     return original(self, abort_req, req, *args, **kwargs)
 
@@ -99,6 +116,8 @@ def _add_speculative(result, self, state, *args, **kwargs):
         state["ssr"] = w.totals.as_dict()
         state["ssr"]["active_requests"] = sum(1 for s in w.requests.values() if not s.is_draft)
         state["ssr"]["active_drafts"] = sum(1 for s in w.requests.values() if s.is_draft)
+        state["ssr"]["active_disabled"] = len(w.disabled)
+        state["ssr"].update(w.lifecycle_counts)
     return result
 
 
@@ -140,14 +159,29 @@ def ssr_output_streamer_class():
             w = _worker()
             values = []
             for r in reqs:
-                st = w.requests.get(r.rid) if r.finished() else None
-                values.append([st.finish(r.output_ids)] if st is not None else [])
+                values.append(_final_meta(w, r) if r.finished() else [])
             return {META_KEY: values}
 
         def is_request_level_customized_info_key(self, key: str) -> bool:
             return key == META_KEY or SchedulerOutputStreamer.is_request_level_customized_info_key(self, key)
 
     return SSROutputStreamer
+
+
+def _final_meta(w, req) -> list:
+    """``meta_info["ssr"]`` of a finished request, as the one-element list SGLang relays (or [])."""
+    reason = w.disabled.get(req.rid)
+    st = w.requests.get(req.rid)
+    meta = None
+    if st is not None:
+        try:
+            meta = st.finish(req.output_ids)
+        except Exception as e:  # noqa: BLE001 - never fail the output stream
+            w.disable(req.rid, f"final accounting failed: {e!r}", e)
+            reason = w.disabled.get(req.rid, reason)
+    if reason:
+        meta = {**(meta or {"enabled": False}), "disabled_reason": reason}
+    return [meta] if meta is not None else []
 
 
 # -- tokenizer manager -------------------------------------------------------

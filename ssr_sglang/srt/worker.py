@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices_from_tree_mask_func
 
 from ssr_sglang.core.tree import build_chain, layout_tree, nodes_in_use
-from ssr_sglang.srt import active, metrics
+from ssr_sglang.srt import active, faults, metrics
 from ssr_sglang.srt.config import (RequestConfig, SSRConfigError, client_drafts, default_max_batch, parse_request,
                                    server_config_from_env)
 from ssr_sglang.srt.request_state import ANSWER, RequestSSR
@@ -55,6 +55,11 @@ class SSRWorker(NGRAMWorker):
         )
         self.vocab_size = runner.model_config.vocab_size
         self.requests: Dict[str, RequestSSR] = {}
+        self.disabled: Dict[str, str] = {}  # rid -> why SSR is off for it (served as under NGRAM)
+        self.pending_aborts: List[str] = []  # drafts of disabled requests, aborted by the scheduler hook
+        self._failures_logged: set = set()
+        # parents SGLang ended through send_abort_output; states dropped by the per-step reconciliation
+        self.lifecycle_counts = {"ended_by_abort_output": 0, "reconciled": 0}
         self.adaptive_width = _adaptive_width(self.ssr_config.verify_width, runner)
         self.max_draft_batch = self.ssr_config.max_batch or default_max_batch(runner.device)
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
@@ -88,6 +93,10 @@ class SSRWorker(NGRAMWorker):
         except SSRConfigError as e:  # the tokenizer manager rejects these first; never fail a batch here
             logger.warning("SSR disabled for %s: %s", req.rid, e)
             cfg, drafts = RequestConfig(enabled=False), []
+        refused = unsupported_request(req)
+        if refused and cfg.enabled:
+            cfg, drafts = RequestConfig(enabled=False), []
+            self.disable(req.rid, refused)
         tail = req.origin_input_ids_unpadded[-PROMPT_TAIL:]
         st = RequestSSR(req.rid, cfg, self.think, tail, self.draft_token_num)
         if drafts and cfg.enabled:
@@ -98,6 +107,7 @@ class SSRWorker(NGRAMWorker):
         return st
 
     def add_draft_state(self, rid: str, parent: RequestSSR, seed_drafts) -> RequestSSR:
+        faults.hit("fork", parent.rid)
         st = RequestSSR(rid, parent.cfg, self.think, (), self.draft_token_num, is_draft=True, parent_rid=parent.rid)
         for toks in seed_drafts:  # iterative SSR: earlier drafts propose tokens for this one
             st.add_client_draft(toks)
@@ -109,7 +119,39 @@ class SSRWorker(NGRAMWorker):
         return st is not None and st.is_draft
 
     def drop(self, rid: str) -> Optional[RequestSSR]:
+        self.disabled.pop(rid, None)
         return self.requests.pop(rid, None)
+
+    def disable(self, rid: str, reason: str, exc: Optional[BaseException] = None) -> None:
+        """Turn SSR off for a request (for a draft: for its parent): no more drafts or draft-based
+        proposals, so it is served as under NGRAM; its live drafts are aborted by the scheduler hook.
+        The reason goes to ``meta_info["ssr"]["disabled_reason"]``; each kind of failure is logged
+        once with its traceback, later ones at debug level."""
+        st = self.requests.get(rid)
+        if st is not None and st.is_draft and st.parent_rid:
+            rid, st = st.parent_rid, self.requests.get(st.parent_rid)
+        if rid in self.disabled:
+            return
+        self.disabled[rid] = reason
+        key = (reason.split(":", 1)[0], type(exc).__name__ if exc is not None else None)
+        if key in self._failures_logged:
+            logger.debug("SSR disabled for %s: %s", rid, reason)
+        else:
+            self._failures_logged.add(key)
+            log = logger.error if exc is not None else logger.info
+            log("SSR disabled for %s (and any later request failing the same way): %s", rid, reason, exc_info=exc)
+        if st is None:
+            return
+        st.schedule = None  # no more forks
+        for b in st.drafts:
+            if b.rid in self.requests:
+                self.disabled[b.rid] = reason
+                self.pending_aborts.append(b.rid)
+            if not b.finished:
+                try:
+                    st.close_draft(b, cancelled=True)
+                except Exception:  # noqa: BLE001 - the state may be what failed
+                    b.finished = b.cancelled = True
 
     # -- one step: timing, and the rows of a narrowed verify -------------------
     def forward_batch_generation(self, batch, *args, **kwargs):
@@ -162,26 +204,41 @@ class SSRWorker(NGRAMWorker):
         n = self.draft_token_num
         nn = n * n
         widths = [n] * len(batch.reqs) if self.adaptive_width else None  # nodes in use, per request
+        disabled = self.disabled
         for i, req in enumerate(batch.reqs):
-            st = self.state_for(req)
-            out = req.output_ids
-            st.settle(out)
-            st.advance(out)
-            branches = st.propose(out) if st.phase == ANSWER and st.has_drafts else []
-            if branches:
-                last = out[-1] if len(out) else req.origin_input_ids_unpadded[-1]
-                tree = layout_tree(last, [b.tokens for b in branches], n)
-                req_drafts[i * n:(i + 1) * n] = tree.tokens
-                mask[i * nn:(i + 1) * nn] = tree.mask
+            rows, mrows = slice(i * n, (i + 1) * n), slice(i * nn, (i + 1) * nn)
+            tree = None
+            if not (disabled and req.rid in disabled):
+                try:
+                    tree = self._propose_one(req, n)
+                except Exception as e:  # noqa: BLE001 - never fail the batch: this request goes on as NGRAM
+                    self.disable(req.rid, f"building proposals failed: {e!r}", e)
+                    tree = None
+            if tree is not None:
+                req_drafts[rows] = tree.tokens
+                mask[mrows] = tree.mask
                 if widths is not None:
                     widths[i] = tree.num_real
-            else:
-                if st.phase == ANSWER:
-                    st.note_plain_step(out)
-                if widths is not None:
-                    widths[i] = nodes_in_use(req_drafts[i * n:(i + 1) * n], mask[i * nn:(i + 1) * nn], n)
+            elif widths is not None:
+                widths[i] = nodes_in_use(req_drafts[rows], mask[mrows], n)
         self._widths = widths
         return req_drafts, mask
+
+    def _propose_one(self, req, n: int):
+        """The token tree of one request's draft-based proposals, or None (keep the n-gram rows)."""
+        st = self.state_for(req)
+        out = req.output_ids
+        st.settle(out)
+        st.advance(out)
+        if st.phase == ANSWER and st.has_drafts:
+            faults.hit("propose", req.rid)
+            branches = st.propose(out)
+            if branches:
+                last = out[-1] if len(out) else req.origin_input_ids_unpadded[-1]
+                return layout_tree(last, [b.tokens for b in branches], n)
+        if st.phase == ANSWER:
+            st.note_plain_step(out)
+        return None
 
     def _prepare_for_speculative_decoding(self, batch):
         self._widths = None
@@ -227,6 +284,14 @@ class SSRWorker(NGRAMWorker):
         req_drafts = np.tile(toks, bs)
         req_drafts[:: self.draft_token_num] = last
         return req_drafts, np.tile(mask, bs)
+
+
+def unsupported_request(req) -> str:
+    """Why SSR cannot draft for ``req`` ("" when it can). A multimodal prompt: a draft would be forked
+    with the padded multimodal token ids and without the request's multimodal inputs."""
+    if getattr(req, "multimodal_inputs", None) is not None:
+        return "multimodal input: SSR does not fork drafts for multimodal requests"
+    return ""
 
 
 def _adaptive_width(setting: str, runner) -> bool:

@@ -1,0 +1,32 @@
+"""Test-only fault injection at the points where SSR code runs inside SGLang's scheduler.
+
+``SSR_TEST_FAULTS=fork,propose,step,finish`` (read once, at import) arms those points; an armed point
+raises :class:`InjectedFault` only for requests whose rid contains ``fault-<point>``, so one server
+can serve faulted and normal requests side by side. Unset (production), :func:`hit` is one truth
+test of an empty set.
+
+Points: ``fork`` (in the middle of forking a draft, after the parent's KV was published),
+``propose`` (building a request's proposals in the worker), ``step`` (per-batch stage bookkeeping
+before the results are processed), ``finish`` (settling a finished request).
+"""
+
+from __future__ import annotations
+
+import os
+
+POINTS = ("fork", "propose", "step", "finish")
+FAULTS = frozenset(p.strip() for p in os.environ.get("SSR_TEST_FAULTS", "").split(",") if p.strip())
+
+
+class InjectedFault(RuntimeError):
+    """Raised at an armed point (tests only)."""
+
+
+def hit(point: str, rids) -> None:
+    """Raise at ``point`` when it is armed and one of ``rids`` (a rid or several) asks for it."""
+    if not FAULTS or point not in FAULTS:
+        return
+    tag = f"fault-{point}"
+    for rid in (rids,) if isinstance(rids, str) else rids:
+        if tag in rid:
+            raise InjectedFault(f"injected fault at {point} ({rid})")
