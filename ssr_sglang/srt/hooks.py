@@ -52,10 +52,24 @@ def install() -> None:
     HookRegistry.register(f"{TOKENIZER}.update_request_meta_info", _update_request_meta_info, HookType.AROUND)
 
 
+_scheduler_checked = False
+
+
 def _worker():
     from ssr_sglang.srt import active
 
     return active.WORKER
+
+
+def _check_scheduler(scheduler) -> None:
+    """Once, at the first scheduler hook call of an SSR server: the live scheduler's attributes SSR
+    reads exist (a mismatch stops the server at its first idle pass, naming the attribute)."""
+    global _scheduler_checked
+    if not _scheduler_checked:
+        from ssr_sglang.srt import compat
+
+        compat.check_scheduler(scheduler)
+        _scheduler_checked = True
 
 
 # -- scheduler ---------------------------------------------------------------
@@ -63,6 +77,7 @@ def _process_batch_result(original, self, batch, result, *args, **kwargs):
     w = _worker()
     if w is None:
         return original(self, batch, result, *args, **kwargs)
+    _check_scheduler(self)
     from ssr_sglang.srt import lifecycle
 
     counted = batch is not None and (batch.forward_mode.is_decode() or batch.forward_mode.is_extend())
@@ -76,6 +91,7 @@ def _process_batch_result(original, self, batch, result, *args, **kwargs):
 def _on_idle(original, self, *args, **kwargs):
     w = _worker()
     if w is not None:
+        _check_scheduler(self)
         from ssr_sglang.srt import lifecycle
 
         lifecycle.on_idle(self, w)

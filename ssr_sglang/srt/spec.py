@@ -44,6 +44,9 @@ class SSRSpecAlgo(CustomSpecAlgo):
         from ssr_sglang.srt.config import server_config_from_env
 
         server_config_from_env()  # a bad SSR_* variable fails start-up here, naming it
+        from ssr_sglang.srt import compat
+
+        compat.check_static()  # an SGLang internal SSR relies on is missing: stop, naming it
         if sa.device not in ("cuda", "cpu", "xpu"):
             raise ValueError(f"--speculative-algorithm SSR supports --device cuda, cpu or xpu, not {sa.device!r}")
         if getattr(sa, "enable_dp_attention", False):

@@ -31,10 +31,10 @@ from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices_from_tree_mask_func
 
 from ssr_sglang.core.tree import build_chain, layout_tree, nodes_in_use
-from ssr_sglang.srt import active, faults, metrics
+from ssr_sglang.srt import active, compat, faults, metrics
 from ssr_sglang.srt.config import (RequestConfig, SSRConfigError, client_drafts, default_max_batch, parse_request,
                                    server_config_from_env)
-from ssr_sglang.srt.request_state import ANSWER, RequestSSR
+from ssr_sglang.srt.request_state import ANSWER, REASONING, RequestSSR
 from ssr_sglang.srt.think_ids import from_environment
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ PROMPT_TAIL = 64  # prompt tokens examined for an open think block
 class SSRWorker(NGRAMWorker):
     def __init__(self, server_args, gpu_id, nccl_port, target_worker):
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
+        compat.check_worker(self)  # a missing SGLang internal stops the server here, naming it
         self.ssr_config = server_config_from_env()
         runner = target_worker.model_runner
         hf_config = runner.model_config.hf_config
