@@ -9,7 +9,13 @@ body / ``extra_body`` carry ``ssr_*`` keys that override the server defaults for
 environment variable           custom_params key          meaning
 =============================  =========================  ==============================================
 ``SSR_ENABLED``                ``ssr``                    1/0: draft and verify with drafts at all
+``SSR_POLICY``                 ``ssr_policy``             ``auto`` (default): fork a draft when its
+                                                          measured saving exceeds its measured cost
+                                                          (:mod:`ssr_sglang.core.policy`); ``fixed``:
+                                                          at the schedule's checkpoints (implied by
+                                                          an explicit schedule below)
 ``SSR_CHECKPOINTS``            ``ssr_checkpoints``        reasoning-token counts that fork a draft
+                                                          (under ``auto``: until the server has history)
 ``SSR_EVERY``                  ``ssr_every``              iterative SSR: a draft every N tokens ...
 ``SSR_MAX_DRAFTS``             ``ssr_max_drafts``         ... at most this many drafts in all
 ``SSR_THINKING_BUDGET``        ``ssr_thinking_budget``    budget that ``ssr_fractions`` refer to
@@ -66,6 +72,7 @@ class RequestConfig:
     """What SSR does for one request."""
 
     enabled: bool = True
+    policy: str = "auto"  # auto | fixed
     checkpoints: Optional[tuple] = (500,)
     every: Optional[int] = None
     max_drafts: Optional[int] = None
@@ -101,6 +108,7 @@ class ServerConfig:
 # custom_params key -> RequestConfig field, and the env variable of the same knob.
 _REQUEST_KEYS = {
     "ssr": ("enabled", "SSR_ENABLED"),
+    "ssr_policy": ("policy", "SSR_POLICY"),
     "ssr_checkpoints": ("checkpoints", "SSR_CHECKPOINTS"),
     "ssr_every": ("every", "SSR_EVERY"),
     "ssr_max_drafts": ("max_drafts", "SSR_MAX_DRAFTS"),
@@ -112,6 +120,8 @@ _REQUEST_KEYS = {
 }
 _BOOL_FIELDS = {"enabled", "use_prefix", "use_suffix"}
 _INT_LIST_FIELDS = {"checkpoints"}
+_CHOICE_FIELDS = {"policy": ("auto", "fixed")}
+_SCHEDULE_KEYS = {"checkpoints", "every", "fractions", "thinking_budget"}
 _FLOAT_LIST_FIELDS = {"fractions"}
 DRAFT_KEY = "ssr_draft"
 
@@ -123,9 +133,13 @@ def _is_draft_key(key: str) -> bool:
 def _coerce(field: str, value: Any, name: str) -> Any:
     """Type-check one value from JSON (or a parsed env string); ``name`` is used in errors."""
     if value is None:
-        if field in _BOOL_FIELDS or field == "draft_max_tokens":
+        if field in _BOOL_FIELDS or field in _CHOICE_FIELDS or field == "draft_max_tokens":
             raise SSRConfigError(f"{name} must not be null")
         return None
+    if field in _CHOICE_FIELDS:
+        if value not in _CHOICE_FIELDS[field]:
+            raise SSRConfigError(f"{name} must be one of {', '.join(map(repr, _CHOICE_FIELDS[field]))}, got {value!r}")
+        return value
     if field in _BOOL_FIELDS:
         if isinstance(value, bool):
             return value
@@ -172,6 +186,15 @@ _SCHEDULE_FIELD_NAMES = {  # BudgetSchedule's argument names -> RequestConfig fi
 }
 
 
+def _explicit_schedule(updates: dict) -> None:
+    """An explicit schedule replaces the default schedule instead of merging with it, and is what
+    decides (``policy="fixed"``) unless a policy is given too."""
+    if {"every", "fractions"} & updates.keys() and "checkpoints" not in updates:
+        updates["checkpoints"] = None
+    if _SCHEDULE_KEYS & updates.keys() and "policy" not in updates:
+        updates["policy"] = "fixed"
+
+
 def parse_request(custom_params: Optional[Mapping[str, Any]], defaults: RequestConfig) -> RequestConfig:
     """The request's config: ``defaults`` overridden by its ``ssr_*`` custom params.
 
@@ -192,9 +215,7 @@ def parse_request(custom_params: Optional[Mapping[str, Any]], defaults: RequestC
         updates[field] = _coerce(field, value, f"custom_params.{key}")
     if not updates:
         return defaults
-    # An explicit schedule key replaces the default schedule instead of merging with it.
-    if {"every", "fractions"} & updates.keys() and "checkpoints" not in updates:
-        updates["checkpoints"] = None
+    _explicit_schedule(updates)
     cfg = dataclasses.replace(defaults, **updates)
     names = {f: f"custom_params.{k}" for k, (f, _) in _REQUEST_KEYS.items()}
     return _check_schedule(cfg, {bf: names[rf] for bf, rf in _SCHEDULE_FIELD_NAMES.items()})
@@ -242,6 +263,8 @@ def _env_value(field: str, raw: str, var: str) -> Any:
             if low in ("0", "false", "no", "off"):
                 return False
             raise ValueError
+        if field in _CHOICE_FIELDS:
+            return raw.lower()
         if field in _INT_LIST_FIELDS:
             return [int(x) for x in raw.split(",") if x.strip()]
         if field in _FLOAT_LIST_FIELDS:
@@ -274,8 +297,7 @@ def server_config_from_env(env: Optional[Mapping[str, str]] = None) -> ServerCon
         names[field] = var
         if var in env:
             updates[field] = _coerce(field, _env_value(field, env[var], var), var)
-    if {"every", "fractions"} & updates.keys() and "checkpoints" not in updates:
-        updates["checkpoints"] = None
+    _explicit_schedule(updates)
     defaults = _check_schedule(
         dataclasses.replace(RequestConfig(), **updates),
         {bf: names[rf] for bf, rf in _SCHEDULE_FIELD_NAMES.items()},

@@ -17,6 +17,7 @@ from array import array
 
 import msgspec
 
+from ssr_sglang.core.policy import Decision, RequestView
 from ssr_sglang.srt.request_state import ANSWER, REASONING
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ def _real_requests_waiting(scheduler, worker) -> bool:
 
 
 def maybe_fork(scheduler, worker, batch) -> None:
-    """After a batch's results are in: fork the drafts whose checkpoints were reached."""
+    """After a batch's results are in: fork the drafts the request's policy asks for."""
     for req in batch.reqs:
         if req.finished() or req.is_retracted:
             continue
@@ -50,19 +51,52 @@ def maybe_fork(scheduler, worker, batch) -> None:
         if st.phase == ANSWER:
             _prune_for_answer(scheduler, worker, st, req)
             continue
-        if st.phase != REASONING:
-            continue
-        k = len(st.drafts) + st.counters.drafts_skipped
-        if not st.schedule.due(st.reasoning_len, k):
+        if st.phase != REASONING or not _wants_draft(scheduler, worker, st):
             continue
         reason = _skip_reason(scheduler, worker, req)
         if reason:
             st.counters.drafts_skipped += 1
-            logger.debug("SSR: skip draft %d of %s: %s", k, req.rid, reason)
+            st.note_decision({"at": st.reasoning_len, "fork": False, "reason": "skipped: " + reason})
+            logger.debug("SSR: skip draft of %s: %s", req.rid, reason)
             continue
         t0 = time.perf_counter()
-        _fork(scheduler, worker, req, st, k)
+        _fork(scheduler, worker, req, st, len(st.drafts) + st.counters.drafts_skipped)
         st.counters.fork_time_s += time.perf_counter() - t0
+
+
+def _wants_draft(scheduler, worker, st) -> bool:
+    """Does the request's policy ask for a draft now?
+
+    ``fixed``: a checkpoint of its schedule was passed. ``auto``: when the server's
+    :class:`~ssr_sglang.core.policy.DraftPolicy` expects a draft (or one replacing the running
+    draft) to save more than it costs; its schedule decides while the policy has no basis yet.
+    Every decision is kept for ``meta_info["ssr"]["decisions"]``.
+    """
+    due = bool(st.schedule.due(st.reasoning_len, len(st.drafts) + st.counters.drafts_skipped))
+    if st.cfg.policy == "fixed":
+        if due:
+            st.note_decision({"at": st.reasoning_len, "fork": True, "reason": "fixed schedule"})
+        return due
+    live = st.live_drafts()
+    last = st.drafts[-1] if st.drafts else None
+    latest = (last.checkpoint, st.draft_written(last), not last.finished) if last is not None else None
+    if worker.policy is None:  # tensor parallel: timers differ per rank, decisions must not
+        decision = Decision(None, "tensor parallel: fixed schedule on every rank")
+    else:
+        decision = worker.policy.decide(RequestView(
+            reasoning_tokens=st.reasoning_len,
+            reasoning_tokens_per_step=st.reasoning_len / max(1, st.counters.reasoning_steps),
+            batch_size=sum(1 for r in scheduler.running_batch.reqs if not (r.finished() or worker.is_hidden(r.rid))),
+            seeded=bool(st.drafts),
+            draft_cap=st.cfg.draft_max_tokens,
+            settled=st.settled,
+            latest=latest,
+        ))
+    fork = (due and not live) if decision.fork is None else decision.fork
+    if decision.fork is None:
+        decision.reason += "; fixed schedule: " + ("checkpoint passed" if due else "no checkpoint passed")
+    st.note_decision(dict(decision.as_dict(st.reasoning_len), fork=fork))
+    return fork
 
 
 def _skip_reason(scheduler, worker, req) -> str:
@@ -87,7 +121,9 @@ def _fork(scheduler, worker, req, st, k: int) -> None:
     input_ids.extend(req.output_ids)
     input_ids.extend(force)
     room = scheduler.max_req_input_len - len(input_ids)
-    max_new = min(st.cfg.draft_max_tokens, room)
+    cap = st.cfg.draft_max_tokens if worker.policy is None or st.cfg.policy == "fixed" \
+        else worker.policy.draft_cap(st.cfg.draft_max_tokens)
+    max_new = min(cap, room)
     if max_new < 1:
         st.counters.drafts_skipped += 1
         return
@@ -103,9 +139,11 @@ def _fork(scheduler, worker, req, st, k: int) -> None:
         top_logprobs_num=0, token_ids_logprob=None, stream=False, lora_id=req.lora_id,
         extra_key=req.extra_key,
     )
-    seeds = [st.proposer.draft_tokens(b.draft_id)[len(worker.think.force_tail):] for b in st.drafts]
-    branch = st.add_draft(rid, checkpoint=st.reasoning_len)
-    worker.add_draft_state(rid, st, [s for s in seeds if s])
+    # Iterative SSR: the new draft is seeded with the older drafts' answers as they stand now
+    # (verified as its proposals), so it decodes mostly by accepting them.
+    seeds = st.draft_answers()
+    branch = st.add_draft(rid, checkpoint=st.reasoning_len, seeded=bool(seeds))
+    worker.add_draft_state(rid, st, seeds)
     scheduler.handle_generate_request(obj)
     branch.req = next((r for r in reversed(scheduler.waiting_queue) if r.rid == rid), None)
     if branch.req is None:  # rejected at admission (too long, ...): the abort output was suppressed
@@ -115,8 +153,7 @@ def _fork(scheduler, worker, req, st, k: int) -> None:
         return
     st.counters.drafts_started += 1
     logger.debug("SSR: draft %s forked at %d reasoning tokens", rid, st.reasoning_len)
-    # Iterative SSR: the new draft is seeded with the older drafts' tokens (verified as proposals),
-    # so an older draft still running only duplicates its work. Stop it; its tokens stay indexed.
+    # An older draft still running only duplicates the new one's work: stop it; its tokens stay indexed.
     for old in st.live_drafts():
         if old is not branch:
             _cancel(scheduler, st, old)
@@ -159,7 +196,23 @@ def on_finished(scheduler, worker, req) -> None:
             scheduler.abort_request(AbortReq(rid=b.rid))
     worker.drop(req.rid)
     worker.totals.add(st)
+    _teach_policy(worker, st, req)
     worker.export_metrics()
+
+
+def _teach_policy(worker, st, req) -> None:
+    """What a finished reasoning request tells the drafting policy (not an aborted one: its
+    reasoning length says nothing about when reasoning ends)."""
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+    if worker.policy is None or not st.reasoning_len or not st.cfg.enabled or isinstance(req.finished_reason,
+                                                                                      FINISH_ABORT):
+        return
+    c = st.counters
+    answer = req.output_ids[st.answer_start:] if st.phase == ANSWER else []
+    plain = (c.answer_tokens - c.draft_answer_tokens, c.answer_verify_steps - c.draft_answer_steps)
+    worker.policy.observe_request(st.reasoning_len, len(answer), plain, (c.draft_answer_tokens, c.draft_answer_steps),
+                                  st.draft_replays(answer))
 
 
 def _draft_done(worker, st, req) -> None:
@@ -171,6 +224,15 @@ def _draft_done(worker, st, req) -> None:
         if b.rid == req.rid:
             b.req = b.req or req
             parent.close_draft(b, cancelled=False)
+            _note_draft_end(worker, st, b, req)
+
+
+def _note_draft_end(worker, st, branch, req) -> None:
+    """A draft request ended: keep its length and steps for the parent's ``meta_info`` and the policy."""
+    st.settle(req.output_ids)
+    branch.tokens, branch.steps = len(req.output_ids), st.counters.answer_verify_steps
+    if worker.policy is not None and branch.steps:
+        worker.policy.observe_draft(branch.seeded, branch.tokens, branch.steps)
 
 
 def on_aborted_in_queue(worker, req) -> None:

@@ -11,6 +11,7 @@ import time
 from typing import List, Optional, Sequence
 
 from ssr_sglang.core.proposer import DraftProposer, ProposerConfig
+from ssr_sglang.core.simulator import simulate
 from ssr_sglang.core.think_markers import ThinkEndMatcher
 from ssr_sglang.srt.config import RequestConfig
 
@@ -18,6 +19,7 @@ UNDECIDED, REASONING, ANSWER, PLAIN = "undecided", "reasoning", "answer", "plain
 # How many leading output tokens may pass before a request that has not opened a think block is
 # treated as non-reasoning (``PLAIN``: no drafts, output exactly as plain decoding).
 THINK_START_WINDOW = 4
+REPLAY_TOKENS = 128  # answer tokens a finished request replays per draft to rate it (drafting policy)
 
 
 @dataclasses.dataclass
@@ -39,6 +41,14 @@ class DraftBranch:
     consumed: int = 0  # draft output tokens already handed to the proposer
     finished: bool = False
     cancelled: bool = False  # closed because the parent finished first: to be aborted
+    seeded: bool = False  # started with earlier drafts' answers as its proposals
+    steps: int = 0  # decode steps the draft took, once it ended
+    tokens: int = 0  # tokens it wrote, once it ended
+
+    def summary(self, supplied: int) -> dict:
+        return {"rid": self.rid, "checkpoint": self.checkpoint, "seeded": self.seeded, "tokens": self.tokens,
+                "steps": self.steps, "accept_length": round(self.tokens / self.steps, 3) if self.steps else None,
+                "supplied": supplied, "ended": "cancelled" if self.cancelled else "finished"}
 
 
 @dataclasses.dataclass
@@ -53,6 +63,8 @@ class SSRCounters:
     reasoning_tokens: int = 0
     answer_tokens: int = 0
     answer_verify_steps: int = 0
+    draft_answer_steps: int = 0  # answer verify steps with a draft proposal, and the answer tokens
+    draft_answer_tokens: int = 0  # they committed (the rest were n-gram or plain steps)
     accepted_prefix: int = 0
     accepted_suffix: int = 0
     # Server-side stage times (scheduler wall time, seconds). A step's time runs from the start of
@@ -116,6 +128,7 @@ class RequestSSR:
         self._proposed_at = -1
         self._ssr_step = False
         self._final: Optional[dict] = None
+        self.decisions: List[dict] = []  # fork decisions of the drafting policy (see note_decision)
         if is_draft:
             self.phase = ANSWER  # a draft starts right after its forced think end
             self.answer_start = 0
@@ -164,9 +177,9 @@ class RequestSSR:
             ))
         return self._proposer
 
-    def add_draft(self, rid: str, checkpoint: int, seed: Sequence[int] = ()) -> DraftBranch:
-        draft_id = self.proposer.add_draft(list(self._ids.force_tail) + list(seed))
-        branch = DraftBranch(rid=rid, draft_id=draft_id, checkpoint=checkpoint)
+    def add_draft(self, rid: str, checkpoint: int, seeded: bool = False) -> DraftBranch:
+        draft_id = self.proposer.add_draft(list(self._ids.force_tail))
+        branch = DraftBranch(rid=rid, draft_id=draft_id, checkpoint=checkpoint, seeded=seeded)
         self.drafts.append(branch)
         return branch
 
@@ -187,6 +200,61 @@ class RequestSSR:
 
     def live_drafts(self) -> List[DraftBranch]:
         return [b for b in self.drafts if not b.finished]
+
+    def draft_answers(self) -> List[List[int]]:
+        """Every draft's answer as it stands now (newly generated tokens pulled first), oldest first:
+        the seeds of the next draft."""
+        self.pull_drafts()
+        tail = len(self._ids.force_tail)
+        return [toks for toks in (self.proposer.draft_tokens(b.draft_id)[tail:] for b in self.drafts) if toks]
+
+    @property
+    def settled(self) -> bool:
+        """The last two drafts that ended on their own agree (one is a prefix of the other)."""
+        done = [b for b in self.drafts if b.finished and not b.cancelled]
+        if len(done) < 2:
+            return False
+        a, b = (self.proposer.draft_tokens(x.draft_id) for x in done[-2:])
+        n = min(len(a), len(b))
+        return a[:n] == b[:n]
+
+    def draft_written(self, b: DraftBranch) -> int:
+        """Answer tokens draft ``b`` has written so far."""
+        return len(b.req.output_ids) if b.req is not None else 0
+
+    def draft_replays(self, answer: Sequence[int], max_tokens: int = REPLAY_TOKENS) -> List[tuple]:
+        """How good each draft was, whether or not a newer one replaced it: the answer replayed
+        against the draft alone (:func:`~ssr_sglang.core.simulator.simulate`), over the answer tokens
+        the draft had written (at most ``max_tokens``). For the first and the newest draft only (a
+        few ms of host time each, once per request). Per draft: (reasoning tokens at its fork,
+        answer tokens replayed, verify steps they took)."""
+        if not self.drafts or not answer:
+            return []
+        self.pull_drafts()
+        tail = len(self._ids.force_tail)
+        cfg = ProposerConfig(max_tokens=max(1, self._num_nodes - 1))
+        out = []
+        for b in {id(x): x for x in (self.drafts[0], self.drafts[-1])}.values():
+            toks = self.proposer.draft_tokens(b.draft_id)[tail:]
+            n = min(len(toks), len(answer), max_tokens)
+            if n:
+                rep = simulate(list(answer[:n]), [toks], cfg, num_nodes=self._num_nodes, tree=True)
+                out.append((b.checkpoint, n, rep.steps))
+        return out
+
+    def supplied_by(self, b: DraftBranch) -> int:
+        """Answer tokens accepted from draft ``b``'s proposals."""
+        return self._proposer.stats.per_draft.get(b.draft_id, 0) if self._proposer is not None else 0
+
+    def note_decision(self, decision: dict, limit: int = 32) -> None:
+        """Keep a fork decision for ``meta_info``: every fork, and a no-fork only when its reason
+        differs from the previous entry's (repeats are counted in ``times``)."""
+        last = self.decisions[-1] if self.decisions else None
+        if last is not None and not decision["fork"] and not last["fork"] and last["reason"] == decision["reason"]:
+            last["times"] = last.get("times", 1) + 1
+            return
+        if len(self.decisions) < limit:
+            self.decisions.append(decision)
 
     def close_draft(self, b: DraftBranch, cancelled: bool) -> None:
         """The draft ended (or is being cancelled): take its last tokens and count it once."""
@@ -222,6 +290,8 @@ class RequestSSR:
         c.answer_tokens += got
         if not self._ssr_step:
             return
+        c.draft_answer_steps += 1
+        c.draft_answer_tokens += got
         accepted = got - 1
         p = self._proposer
         branch = 0
@@ -278,6 +348,9 @@ class RequestSSR:
         d = self.counters.as_dict()
         d["phase"] = self.phase
         d["enabled"] = self.cfg.enabled
+        d["policy"] = self.cfg.policy
+        d["decisions"] = self.decisions
+        d["drafts"] = [b.summary(self.supplied_by(b)) for b in self.drafts]
         return d
 
 

@@ -30,6 +30,7 @@ from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices_from_tree_mask_func
 
+from ssr_sglang.core.policy import DraftPolicy
 from ssr_sglang.core.tree import build_chain, layout_tree, nodes_in_use
 from ssr_sglang.srt import active, compat, faults, metrics
 from ssr_sglang.srt.config import (RequestConfig, SSRConfigError, client_drafts, default_max_batch, parse_request,
@@ -66,7 +67,11 @@ class SSRWorker(NGRAMWorker):
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._width = self.draft_token_num  # nodes verified in the current step
         self.step_started: Optional[float] = None  # perf_counter() at the current step's forward
+        self._last_result: Optional[float] = None  # perf_counter() when the last batch's results arrived
         self.totals = metrics.ServerTotals()
+        # The drafting policy decides from this process's own timers. Tensor-parallel ranks time
+        # differently, so there requests follow their fixed schedules (token counts only).
+        self.policy = DraftPolicy(max_accept=self.draft_token_num) if server_args.tp_size == 1 else None
         if not self.think.end:
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
         active.WORKER = self  # one per scheduler process (each tensor-parallel rank has its own)
@@ -180,10 +185,21 @@ class SSRWorker(NGRAMWorker):
         self.step_started = None
         if str(self.device).startswith("cuda"):  # result processing waits for the device next anyway
             torch.cuda.current_stream().synchronize()
-        seconds = time.perf_counter() - started
+        now = time.perf_counter()
+        seconds = now - started
+        # The policy pays for whole scheduler iterations (result processing, batch building and the
+        # forward), i.e. the time since the last batch's results; a gap much longer than the forward
+        # was idle time, not the step.
+        loop = now - self._last_result if self._last_result is not None else None
+        self._last_result = now
+        loop = loop if loop is not None and loop <= 3 * seconds else None
         states = [self.requests.get(r.rid) for r in batch.reqs]
         if batch.forward_mode.is_decode():
             with_draft = {st.parent_rid for st in states if st is not None and st.is_draft}
+            drafts = sum(1 for st in states if st is not None and st.is_draft)
+            if self.policy is not None and loop is not None:
+                reasoning = all(st is not None and (st.is_draft or st.phase == REASONING) for st in states)
+                self.policy.observe_step(len(states) - drafts, drafts, loop, reasoning)
             for st in states:
                 if st is not None and not st.is_draft:
                     st.note_step_time(seconds, st.rid in with_draft)
@@ -195,6 +211,8 @@ class SSRWorker(NGRAMWorker):
                 parent = self.requests.get(st.parent_rid) if st is not None and st.is_draft else None
                 if parent is not None:
                     parent.counters.draft_prefill_time_s += share
+                    if self.policy is not None and loop is not None:
+                        self.policy.observe_prefill(loop / max(1, len(states)))
 
     # -- proposals ----------------------------------------------------------
     def _prepare_draft_tokens(self, batch):

@@ -74,10 +74,10 @@ class SessionMachine(RuleBasedStateMachine):
 
     # -- drafts -----------------------------------------------------------
     @precondition(lambda self: not self.finished)
-    @rule(seed=chunks)
-    def fork(self, seed):
+    @rule(seeded=st.booleans())
+    def fork(self, seeded):
         k = len(self.branches)
-        b = self.st.add_draft(f"r#ssr-{k:04d}", checkpoint=self.st.reasoning_len, seed=seed)
+        b = self.st.add_draft(f"r#ssr-{k:04d}", checkpoint=self.st.reasoning_len, seeded=seeded)
         b.req = FakeReq(output_ids=[], origin_input_ids=[7, 8, THINK_START, *self.out, THINK_END, FORCE_TAIL],
                         cached_tokens=len(self.out))
         self.branches.append(b)

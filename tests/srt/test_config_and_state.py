@@ -29,10 +29,24 @@ def test_env_defaults_and_overrides():
     ({"SSR_REASONING_FALLBACK": "eagle"}, "SSR_REASONING_FALLBACK"),
     ({"SSR_ENABLED": "maybe"}, "SSR_ENABLED"),
     ({"SSR_VERIFY_WIDTH": "narrow"}, "SSR_VERIFY_WIDTH"),
+    ({"SSR_POLICY": "greedy"}, "SSR_POLICY"),
 ])
 def test_bad_env_names_the_variable(env, name):
     with pytest.raises(SSRConfigError, match=name):
         server_config_from_env(env)
+
+
+def test_policy_is_auto_unless_a_schedule_is_chosen():
+    assert server_config_from_env({}).defaults.policy == "auto"
+    assert server_config_from_env({"SSR_CHECKPOINTS": "64"}).defaults.policy == "fixed"
+    assert server_config_from_env({"SSR_CHECKPOINTS": "64", "SSR_POLICY": "auto"}).defaults.policy == "auto"
+    d = RequestConfig()
+    assert parse_request({"ssr_every": 16, "ssr_max_drafts": 2}, d).policy == "fixed"
+    assert parse_request({"ssr_policy": "fixed"}, d).policy == "fixed"
+    assert parse_request({"ssr_max_draft_tokens": 64}, d).policy == "auto"
+    for bad in ("sometimes", None, 1):
+        with pytest.raises(SSRConfigError, match="custom_params.ssr_policy"):
+            parse_request({"ssr_policy": bad}, d)
 
 
 def test_request_overrides_replace_the_schedule():

@@ -8,12 +8,15 @@ import pytest
 
 from conftest import start_server
 
+# An explicit schedule (the policy is then "fixed"): a draft every 16 reasoning tokens, so that these
+# tests see drafts on every request; the cost-aware default is tested below with ssr_policy=auto.
+FIXED_SCHEDULE = {"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKENS": "112"}
+
 
 @pytest.fixture(scope="module")
 def bundled():
     from transformers import AutoTokenizer
 
-    from ssr_sglang.main_job import DEFAULT_SSR_ENV
     from ssr_sglang.models import bundled_model_path, tasks
 
     path = bundled_model_path()
@@ -23,7 +26,7 @@ def bundled():
     prompts = [tok(tasks.format_chat(ex["prompt"]), add_special_tokens=False).input_ids for ex in examples]
     # SSR_VERIFY_WIDTH=adaptive (opt-in, CPU only) here: its steps are checked against SSR off below
     with start_server(path, "--speculative-algorithm", "SSR", "--enable-metrics", "--reasoning-parser", "qwen3",
-                      env={**DEFAULT_SSR_ENV, "SSR_VERIFY_WIDTH": "adaptive"}, name="ssr-bundled") as s:
+                      env={**FIXED_SCHEDULE, "SSR_VERIFY_WIDTH": "adaptive"}, name="ssr-bundled") as s:
         yield s, prompts, examples
 
 
@@ -82,3 +85,54 @@ def test_openai_chat_separates_reasoning_and_answer(bundled):
     msg = r.choices[0].message
     assert tasks.parse_answer(msg.content) == examples[0]["final"]
     assert getattr(msg, "reasoning_content", None)
+
+
+def test_seeded_drafts_accept_their_predecessors_text(bundled):
+    """Iterative SSR: a draft forked after an earlier one gets the earlier draft's answer, as it stands
+    at the fork, as its proposals, so it decodes mostly by accepting it."""
+    from ssr_sglang.main_job import flush_cache
+
+    server, prompts, _ = bundled
+    seeded, unseeded = [], []
+    for prompt in prompts[:4]:
+        flush_cache(server.url)  # an n-gram corpus holding this prompt's earlier answers would speed up every draft
+        meta = server.generate(input_ids=prompt, max_new_tokens=512)["meta_info"]["ssr"]
+        for d in meta["drafts"]:
+            if d["accept_length"] is not None and d["tokens"] >= 16:
+                (seeded if d["seeded"] else unseeded).append(d["accept_length"])
+        assert meta["drafts"][0]["seeded"] is False and all(d["seeded"] for d in meta["drafts"][1:]), meta["drafts"]
+    assert seeded and unseeded, (seeded, unseeded)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert mean(seeded) > 2 * mean(unseeded), (seeded, unseeded)
+
+
+def test_cost_aware_policy_decides_from_measurements(bundled):
+    """``ssr_policy=auto``: once the server has history, every decision states its reason and the
+    measured inputs; outputs stay identical to SSR off."""
+    from transformers import AutoTokenizer
+
+    from ssr_sglang.core.policy import MIN_HISTORY
+    from ssr_sglang.models import bundled_model_path, tasks
+
+    server, _, _ = bundled
+    tok = AutoTokenizer.from_pretrained(bundled_model_path())
+    rng = random.Random(99)
+    prompts = [tok(tasks.format_chat(tasks.make_example(rng)["prompt"]), add_special_tokens=False).input_ids
+               for _ in range(MIN_HISTORY + 4)]
+    reasons = set()
+    for i, prompt in enumerate(prompts):
+        out = server.generate(input_ids=prompt, max_new_tokens=512, custom_params={"ssr_policy": "auto"})
+        meta = out["meta_info"]["ssr"]
+        assert meta["policy"] == "auto" and meta["decisions"], meta
+        if i >= MIN_HISTORY:  # the module's earlier requests count too: history is there
+            for d in meta["decisions"]:
+                reasons.add(d["reason"].split(":")[0])
+                if "saving_s" in d:
+                    assert d["saving_s"] >= 0 and d["step_s"] > 0 and d["a_plain"] > 0, d
+                if "cost_s" in d:
+                    assert d["cost_s"] >= d["prefill_s"] >= 0, d
+        off = server.generate(input_ids=prompt, max_new_tokens=512, custom_params={"ssr": False})
+        assert out["output_ids"] == off["output_ids"]
+    measured = {"saving > cost", "cost >= saving", "newer draft", "exploring"}
+    assert reasons & measured, reasons
+    assert not any(r.startswith("learning") for r in reasons), reasons

@@ -1,0 +1,357 @@
+"""Cost-aware drafting: fork a draft only when its expected saving exceeds its expected cost.
+
+One :class:`DraftPolicy` per server learns from what the server measures, and a request asks it, at
+each reasoning step, whether to fork a draft now (:meth:`DraftPolicy.decide`). Everything is in
+seconds and tokens; nothing depends on the model or the device except through the measurements.
+
+Expected saving of a draft forked after ``r`` reasoning tokens::
+
+    S = A * t_step * E[ done(R) * (1/a_plain - 1/a(R - r)) | R > r ]
+
+* ``A``: expected answer length (mean over finished requests);
+* ``t_step``: seconds of one answer-phase decode (verify) step at this batch size, without a draft;
+* ``a_plain``: answer tokens per verify step without a draft proposal (n-gram or plain steps);
+* ``a(d)``: answer tokens per verify step that a draft forked ``d`` reasoning tokens before the
+  answer would give on its own: learned per log2 bucket of ``d`` by replaying each finished
+  request's answer against each of its drafts (:func:`~ssr_sglang.core.simulator.simulate`, over
+  the tokens the draft had written), so a draft that a newer one replaced still says how good it was;
+* ``done(R)``: the part of the draft written by the time the answer starts (a late draft is cut short);
+* the expectation runs over the server's recent reasoning lengths ``R`` longer than ``r``: the
+  chance that the reasoning ends soon, and how far before the end this fork would be.
+
+Expected cost::
+
+    C = t_prefill + (D / a_self) * c_draft
+
+* ``D = min(draft cap, A)`` tokens the draft writes, ``a_self`` its own tokens per step (a draft
+  seeded with an earlier draft's answer accepts much of it per step), ``c_draft`` the measured extra
+  seconds one draft adds to a reasoning step at this batch size (whole scheduler iterations),
+  ``t_prefill`` the measured draft prefill time.
+
+With no draft yet the request forks iff ``S > C``, or if the draft pays together with the seeded
+draft it enables (forked when it is done: faster, and closer to the answer). One draft runs at a
+time; once it is done, a newer one must pay by what it adds over it, ``E[max(v_new, v_old) - v_old]``
+in the terms above.
+
+Worked example (hypothetical figures of a small model on a CPU, batch 1): ``A = 90``,
+``t_step = 8 ms``, ``a_plain = 1.8``; drafts forked less than 32 tokens before the answer replay at
+``a = 7``, earlier ones at ``a = 2``. A draft at distance 16 saves ``90 * 0.008 * (1/1.8 - 1/7) =
+0.30 s`` if it is complete, one at distance 80 saves ``0.04 s``. At ``r = 40`` with reasoning
+lengths seen 60-110 a fork is mostly far from the end: ``S ~ 0.08 s``. An unseeded draft
+(``D = 90``, ``a_self = 1.8``) beside steps that it makes ``c_draft = 3.4 ms`` slower, plus a
+20 ms prefill, costs ``C = 0.02 + 50 * 0.0034 = 0.19 s`` -> no draft. At ``r = 80``, ``S ~ 0.21 s
+> C`` -> fork. On a GPU, where ``c_draft`` is near zero, ``S > C`` almost always holds and the
+policy drafts as the paper does.
+
+Until the server has seen ``MIN_HISTORY`` reasoning requests (and while a request reasons longer
+than all but ``MIN_HISTORY`` of them) decisions fall back to the request's fixed schedule
+(``Decision.fork is None``); a draft cost not measured at a batch size in the last ``STALE_STEPS``
+reasoning steps is explored (one draft measures it). A request stops drafting once two consecutive finished drafts agree (the answer has
+settled).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+
+__all__ = ["Decision", "DraftPolicy", "RequestView", "MIN_HISTORY", "bucket"]
+
+MIN_HISTORY = 4  # finished reasoning requests before the policy decides from its own history
+HISTORY = 256  # recent requests the reasoning-length statistics cover
+WINDOW = 64  # recent samples behind each time estimate
+MIN_COST_SAMPLES = 3  # draft-carrying steps at a batch size before its cost counts as measured
+STALE_STEPS = 1024  # draft-free reasoning steps after which a draft cost counts as unmeasured again
+PRIOR_TOKENS = 1.0  # pseudo answer tokens behind the optimistic prior of an unmeasured fork distance
+BUCKETS = 64
+_CENTRES = np.arange(1, BUCKETS) - 1 + np.log2(1.5)  # log2 of the middle of buckets 1.. (2**(b-1) to 2**b - 1)
+
+
+def bucket(n: int) -> int:
+    """Log2 bucket of a non-negative count: 0 -> 0, 1 -> 1, 2..3 -> 2, 4..7 -> 3, ...
+
+    >>> [bucket(n) for n in (0, 1, 2, 3, 4, 100)]
+    [0, 1, 2, 2, 3, 7]
+    """
+    return max(0, int(n)).bit_length()
+
+
+@dataclasses.dataclass
+class Decision:
+    """Whether to fork now, why, and the inputs the decision used (for ``meta_info``)."""
+
+    fork: Optional[bool]  # None: no basis for a decision yet; the request's fixed schedule decides
+    reason: str
+    inputs: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def as_dict(self, reasoning_tokens: int) -> dict:
+        return {"at": reasoning_tokens, "fork": self.fork, "reason": self.reason,
+                **{k: round(v, 6) if isinstance(v, float) else v for k, v in self.inputs.items()}}
+
+
+@dataclasses.dataclass
+class RequestView:
+    """What the policy needs to know of one request at a decision point."""
+
+    reasoning_tokens: int
+    reasoning_tokens_per_step: float  # measured on this request so far
+    batch_size: int  # real (client) requests in the running batch
+    seeded: bool  # the newest draft so far was itself seeded
+    draft_cap: int  # the request's cap on a draft's length
+    settled: bool  # two consecutive drafts agreed
+    # The newest draft, if any: (reasoning tokens at its fork, tokens it wrote, still running).
+    latest: Optional[Tuple[int, int, bool]] = None
+
+
+class _Window:
+    """Median of the last ``WINDOW`` samples: step times on a shared machine have outliers (another
+    process, a page fault) that would sway a mean, and a stale estimate must wash out."""
+
+    __slots__ = ("samples", "n", "_median")
+
+    def __init__(self) -> None:
+        self.samples: Deque[float] = collections.deque(maxlen=WINDOW)
+        self.n = 0
+        self._median: Optional[float] = None
+
+    def add(self, x: float) -> None:
+        self.samples.append(x)
+        self.n += 1
+        self._median = None
+
+    @property
+    def value(self) -> float:
+        if self._median is None:
+            self._median = float(np.median(self.samples)) if self.samples else 0.0
+        return self._median
+
+
+class DraftPolicy:
+    """Server-wide measurements and the fork decision (see module docstring).
+
+    ``max_accept``: the most answer tokens one verify step can commit (the tree's nodes); an
+    unmeasured fork distance is assumed that good, so that it gets tried.
+
+    Lifecycle: the engine calls :meth:`observe_step` once per decode step, :meth:`observe_prefill`
+    for each draft prefill, :meth:`observe_request` once per finished client request and
+    :meth:`observe_draft` once per finished draft; :meth:`decide` reads only. Not thread-safe
+    (one per scheduler process).
+    """
+
+    def __init__(self, max_accept: float = 8.0) -> None:
+        if max_accept < 1:
+            raise ValueError(f"max_accept must be >= 1, got {max_accept}")
+        self.max_accept = float(max_accept)
+        # Per log2 bucket of the batch's client requests, seconds of: a reasoning step with no draft in
+        # the batch, the extra a draft adds to such a step, and a step with answers in it (no draft).
+        self._step: Dict[int, _Window] = collections.defaultdict(_Window)
+        self._extra: Dict[int, _Window] = collections.defaultdict(_Window)
+        # Draft-free reasoning steps since the last draft-carrying one: a cost measured long ago (under
+        # another load) is measured again by exploring, so one bad estimate cannot stop drafting for good.
+        self._since_extra: Dict[int, int] = collections.defaultdict(int)
+        self._answer_step: Dict[int, _Window] = collections.defaultdict(_Window)
+        self._prefill = _Window()
+        # Recent reasoning lengths and whether an answer followed (False: the request ended inside
+        # its reasoning, e.g. at max_new_tokens -- a draft forked for it was never used).
+        self._lengths: Deque[Tuple[int, bool]] = collections.deque(maxlen=HISTORY)
+        self._sorted_len = np.zeros(0, dtype=np.int64)  # the lengths, sorted ...
+        self._sorted_answered = np.zeros(0, dtype=bool)  # ... and their flags, in the same order
+        self._answers: Deque[int] = collections.deque(maxlen=HISTORY)
+        self._plain = [0, 0]  # answer tokens, steps: verify steps without a draft proposal
+        self._ssr = [0, 0]  # the same with a draft proposal
+        self._self = {True: [0, 0], False: [0, 0]}  # seeded -> draft tokens, draft steps
+        self._replay: Dict[int, List[float]] = collections.defaultdict(lambda: [0.0, 0.0])  # tokens, steps
+        self._inv_accept = np.full(BUCKETS, 1.0 / self.max_accept)  # bucket of fork distance -> 1 / a(d)
+
+    # -- measurements ---------------------------------------------------
+    def observe_step(self, batch_size: int, drafts: int, seconds: float, reasoning: bool) -> None:
+        """A decode step of ``batch_size`` client requests and ``drafts`` drafts took ``seconds``;
+        ``reasoning``: every client request of the batch was reasoning. A draft's cost is measured
+        on reasoning steps only (like against like: answer steps build proposals and verify fuller
+        trees)."""
+        if batch_size < 1 or seconds <= 0:
+            return
+        b = bucket(batch_size)
+        if not reasoning:
+            if drafts == 0:
+                self._answer_step[b].add(seconds)
+        elif drafts == 0:
+            self._step[b].add(seconds)
+            self._since_extra[b] += 1
+        elif self._step[b].n:
+            self._since_extra[b] = 0
+            self._extra[b].add((seconds - self._step[b].value) / drafts)  # may be < 0: noise, kept unclipped
+
+    def observe_prefill(self, seconds: float) -> None:
+        self._prefill.add(seconds)
+
+    def observe_request(self, reasoning_tokens: int, answer_tokens: int, plain: Tuple[int, int],
+                        ssr: Tuple[int, int], replays: List[Tuple[int, int, int]]) -> None:
+        """A client request finished.
+
+        ``plain``/``ssr``: (answer tokens, verify steps) without / with a draft proposal;
+        ``replays``: per draft replayed, (reasoning tokens at its fork, answer tokens replayed,
+        verify steps the replay took). ``answer_tokens == 0``: the request ended inside its
+        reasoning (its length is a lower bound).
+        """
+        if reasoning_tokens <= 0:
+            return
+        self._lengths.append((reasoning_tokens, answer_tokens > 0))
+        order = sorted(self._lengths)
+        self._sorted_len = np.array([x[0] for x in order], dtype=np.int64)
+        self._sorted_answered = np.array([x[1] for x in order], dtype=bool)
+        if answer_tokens <= 0:
+            return
+        self._answers.append(answer_tokens)
+        for acc, x in ((self._plain, plain), (self._ssr, ssr)):
+            acc[0] += x[0]
+            acc[1] += x[1]
+        for at, tokens, steps in replays:
+            if tokens <= 0 or steps <= 0:
+                continue
+            b = min(bucket(reasoning_tokens - at), BUCKETS - 1)
+            acc = self._replay[b]
+            acc[0] += tokens
+            acc[1] += steps
+            self._inv_accept[b] = 1.0 / self._replay_accept(b)
+
+    def observe_draft(self, seeded: bool, tokens: int, steps: int) -> None:
+        """A draft ended after writing ``tokens`` in ``steps`` decode steps."""
+        acc = self._self[seeded]
+        acc[0] += tokens
+        acc[1] += steps
+
+    # -- derived --------------------------------------------------------
+    @property
+    def history(self) -> int:
+        return len(self._lengths)
+
+    def answer_length(self) -> float:
+        return sum(self._answers) / len(self._answers) if self._answers else 0.0
+
+    def draft_cap(self, cap: int) -> int:
+        """A draft need not be longer than the answers this server writes: ``cap`` or less."""
+        if len(self._answers) < MIN_HISTORY:
+            return cap
+        longest = sorted(self._answers)[int(0.9 * (len(self._answers) - 1))]
+        return max(1, min(cap, int(1.25 * longest) + 8))
+
+    @staticmethod
+    def _rate(acc, default: float) -> float:
+        return acc[0] / acc[1] if acc[1] else default
+
+    def _replay_accept(self, b: int) -> float:
+        """``a(d)`` for log2 bucket ``b`` of the fork distance, pulled towards ``max_accept`` by a
+        prior of ``PRIOR_TOKENS`` tokens."""
+        tokens, steps = self._replay.get(b, (0.0, 0.0))
+        return (tokens + PRIOR_TOKENS) / (steps + PRIOR_TOKENS / self.max_accept)
+
+    def longer_than(self, r: int) -> int:
+        return len(self._sorted_len) - int(np.searchsorted(self._sorted_len, r, side="right"))
+
+    def _values(self, r: int, tokens_per_step: float, draft_len: float, a_self: float, a_plain: float,
+                at: int, written: int) -> np.ndarray:
+        """Per recent reasoning length ``R > r``: answer steps saved per answer token by a draft
+        forked after ``at`` tokens that has ``written`` of ``draft_len`` tokens and writes ``a_self``
+        per step while the reasoning goes on at ``tokens_per_step`` (0 for requests never answered)."""
+        i = int(np.searchsorted(self._sorted_len, r, side="right"))
+        longer = self._sorted_len[i:]
+        # 1 / a(d), interpolated in log2(d) between the buckets' centres: a fork moved by a few
+        # tokens changes its expected worth a little, not by a bucket's jump.
+        x = np.log2(np.maximum(longer - at, 1).astype(np.float64))
+        inv = np.interp(x, _CENTRES, self._inv_accept[1:])
+        done = np.minimum(1.0, (written + a_self * (longer - r) / max(tokens_per_step, 1e-6)) / max(draft_len, 1.0))
+        return np.maximum(0.0, 1.0 / a_plain - inv) * done * self._sorted_answered[i:]
+
+    def summary(self) -> dict:
+        """What the policy has measured, for ``/server_info`` (times in seconds, per batch bucket
+        ``b``: batches of ``2**(b-1)`` to ``2**b - 1`` client requests)."""
+        r6 = lambda x: round(x, 6)  # noqa: E731
+        return {
+            "history": self.history,
+            "answer_tokens": r6(self.answer_length()),
+            "a_plain": r6(self._rate(self._plain, 0.0)), "a_draft": r6(self._rate(self._ssr, 0.0)),
+            "a_self": {"seeded": r6(self._rate(self._self[True], 0.0)),
+                       "unseeded": r6(self._rate(self._self[False], 0.0))},
+            "reasoning_step_s": {b: r6(w.value) for b, w in sorted(self._step.items())},
+            "answer_step_s": {b: r6(w.value) for b, w in sorted(self._answer_step.items())},
+            "draft_step_s": {b: r6(w.value) for b, w in sorted(self._extra.items())},
+            "prefill_s": r6(self._prefill.value),
+            "replayed_accept_by_fork_distance": {f"<{2 ** b}": r6(self._replay_accept(b)) for b in sorted(self._replay)},
+        }
+
+    # -- the decision ---------------------------------------------------
+    def decide(self, v: RequestView) -> Decision:
+        if v.settled:
+            return Decision(False, "settled: the last two drafts agree")
+        if self.history < MIN_HISTORY:
+            return Decision(None, f"learning: {self.history} of {MIN_HISTORY} reasoning requests seen")
+        b = bucket(v.batch_size)
+        step = self._step.get(b)
+        if step is None or not step.n:
+            return Decision(None, f"no draft-free step measured at batch size {v.batch_size} yet")
+        longer = self.longer_than(v.reasoning_tokens)
+        if longer < MIN_HISTORY:
+            return Decision(None, f"reasoning longer than {self.history - longer} of the last {self.history} requests")
+        r = v.reasoning_tokens
+        a_plain = self._rate(self._plain, 1.0)
+        a_draft = self._rate(self._ssr, self.max_accept)
+        # A seeded draft decodes against an earlier draft as the answer does: until seeded drafts are
+        # measured, they are taken to accept as many tokens per step as the answer does.
+        a_new = self._rate(self._self[True], a_draft) if v.latest else self._rate(self._self[False], a_plain)
+        answer = self.answer_length()
+        draft_len = min(v.draft_cap, answer)
+        answer_step = self._answer_step.get(b)
+        t_answer = answer_step.value if answer_step is not None and answer_step.n else step.value
+        scale = answer * t_answer  # seconds per (answer steps saved per answer token)
+        new = self._values(r, v.reasoning_tokens_per_step, draft_len, a_new, a_plain, r, 0)
+        saving = scale * float(new.mean())
+        inputs = {"answer_tokens": answer, "step_s": t_answer, "a_plain": a_plain, "a_self": a_new,
+                  "saving_s": saving}
+        running = v.latest is not None and v.latest[2]
+        extra = self._extra.get(b)
+        if extra is None or extra.n < MIN_COST_SAMPLES or self._since_extra[b] > STALE_STEPS:
+            if running:
+                return Decision(False, "a draft is running (measuring its cost)", inputs)
+            return Decision(saving > 0, f"exploring: draft cost at batch size {v.batch_size} not measured lately",
+                            inputs)
+        per_step = max(0.0, extra.value)
+        cost = self._prefill.value + draft_len / max(a_new, 1e-6) * per_step
+        inputs.update(draft_step_s=per_step, prefill_s=self._prefill.value, cost_s=cost)
+        if v.latest is None:
+            return self._first(v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs)
+        at, written, _ = v.latest
+        if running:
+            return Decision(False, "a draft is running", inputs)
+        old = self._values(r, v.reasoning_tokens_per_step, draft_len, 0.0, a_plain, at, written)
+        gain = scale * float((np.maximum(new, old) - old).mean())
+        inputs.update(gain_s=gain)
+        if gain > cost:
+            return Decision(True, "newer draft: gain over the last one > cost", inputs)
+        return Decision(False, "newer draft: gain over the last one <= cost", inputs)
+
+    def _first(self, v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs) -> Decision:
+        """The first draft is also worth what it enables: a seeded draft forked when it is done,
+        which writes faster and closer to the answer. Worth it if the pair pays, or the draft alone."""
+        r, tps = v.reasoning_tokens, v.reasoning_tokens_per_step
+        a_unseeded = self._rate(self._self[False], a_plain)
+        a_seeded = self._rate(self._self[True], a_draft)
+        r1 = r + int(draft_len / max(a_unseeded, 1e-6) * tps)  # when this draft will be done
+        i = int(np.searchsorted(self._sorted_len, r, side="right"))
+        longer = self._sorted_len[i:]
+        succ = np.zeros(len(longer))
+        later = longer > r1
+        if later.any():
+            j = int(np.searchsorted(self._sorted_len, r1, side="right")) - i
+            succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_plain, r1, 0)
+        pair = scale * float(np.maximum(new, succ).mean())
+        pair_cost = cost + float(later.mean()) * (self._prefill.value + draft_len / max(a_seeded, 1e-6) * per_step)
+        inputs.update(with_successor_saving_s=pair, with_successor_cost_s=pair_cost)
+        if saving > cost:
+            return Decision(True, "saving > cost", inputs)
+        if pair > pair_cost:
+            return Decision(True, "saving > cost with a seeded successor", inputs)
+        return Decision(False, "cost >= saving", inputs)
