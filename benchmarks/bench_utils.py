@@ -190,13 +190,10 @@ def is_bundled(model: str) -> bool:
 
 
 def ssr_env(args, model: str) -> dict:
-    """SSR_* settings of the SSR server: ``--ssr-env`` JSON, else the main job's schedule for the
-    bundled model, else the server defaults (a draft at 500 reasoning tokens)."""
-    from ssr_sglang.main_job import DEFAULT_SSR_ENV
-
-    if args.ssr_env:
-        return dict(json.loads(args.ssr_env))
-    return dict(DEFAULT_SSR_ENV) if is_bundled(model) else {}
+    """SSR_* settings of the SSR server: ``--ssr-env`` JSON, else the server defaults (the
+    cost-aware policy)."""
+    del model
+    return dict(json.loads(args.ssr_env)) if args.ssr_env else {}
 
 
 class Running:

@@ -51,6 +51,9 @@ def parse_args(argv=None):
     p.add_argument("--data-root", default=None, help=f"ClassEval / LongProc data (default {bu.DEFAULT_DATA_ROOT})")
     p.add_argument("--prompts", default=None, help="JSONL prompts for --dataset jsonl")
     p.add_argument("--n", type=int, default=8, help="number of prompts (the first n of the dataset)")
+    p.add_argument("--warmup", type=int, default=8,
+                   help="prompts after the first n that every server serves first, not timed (an SSR server's "
+                        "drafting policy learns from the requests it has served)")
     p.add_argument("--seed", type=int, default=777, help="bundled task seed (held out from training)")
     p.add_argument("--model-path", default=None, help="default: the bundled tiny reasoning model")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
@@ -63,7 +66,7 @@ def parse_args(argv=None):
     p.add_argument("--server-args", default="", help="extra arguments for every server, one string")
     p.add_argument("--reasoning-parser", default=None, help="passed to the servers (e.g. qwen3)")
     p.add_argument("--ssr-env", default=None, help="SSR_* settings of the SSR server as JSON "
-                   "(default: the main job's schedule for the bundled model, server defaults otherwise)")
+                   "(default: the server defaults)")
     p.add_argument("--think-end", default=bu.THINK_END, help="text that ends the reasoning phase")
     p.add_argument("--ablations", action="store_true",
                    help="also prefix-only, suffix-only, single drafts, and a draft-budget sweep")
@@ -111,7 +114,7 @@ def variants(args, bundled: bool) -> list:
     return out
 
 
-def run_all(args, model, prompts, vs, out_dir: Path) -> tuple:
+def run_all(args, model, prompts, vs, out_dir: Path, warmup: list) -> tuple:
     """``({variant: [row per prompt]}, {server: ssr totals})``."""
     from ssr_sglang.main_job import server_args
 
@@ -128,8 +131,10 @@ def run_all(args, model, prompts, vs, out_dir: Path) -> tuple:
         with contextlib.ExitStack() as stack:
             servers = bu.start_servers(stack, {s: specs[s] for s in group}, out_dir, args.device,
                                        running=bu.parse_urls(args.urls))
-            for s in servers.values():  # warm-up: one whole request (drafts included), not recorded
-                bu.stream_generate(s.url, prompts[0]["input_ids"], args.max_new_tokens, think_end=args.think_end)
+            for w in warmup:  # not recorded; every server serves the same requests
+                for s in servers.values():
+                    bu.stream_generate(s.url, w["input_ids"], args.max_new_tokens, think_end=args.think_end,
+                                       flush=not args.keep_cache)
             mine = [v for v in vs if v[1] in group]
             jobs = []
             for i in range(len(prompts)):
@@ -380,8 +385,9 @@ def main(argv=None) -> int:
         # mid-verify crashes a CPU NGRAM/SSR server (assign_req_to_token_pool size mismatch)
         room = args.max_new_tokens + 2 * args.num_draft_tokens + 16
         max_prompt = ctx - room if ctx and ctx > room else None
-    prompts = bu.tokenize(bu.load_dataset(args.dataset, args.n, args.data_root, args.seed, args.prompts),
-                          tokenizer, max_prompt)
+    loaded = bu.tokenize(bu.load_dataset(args.dataset, args.n + args.warmup, args.data_root, args.seed, args.prompts),
+                         tokenizer, max_prompt)
+    prompts, warmup = loaded[:args.n], loaded[args.n:] or loaded[:1]
     vs = variants(args, bundled)
     stamp = time.strftime("%Y-%m-%d %H:%M")
     cmd = bu.command_line("latency.py", argv)
@@ -391,7 +397,7 @@ def main(argv=None) -> int:
         bu.log(f"   {sum(p['truncated'] for p in prompts)} prompt(s) longer than {max_prompt} tokens keep their last "
                f"{max_prompt} tokens")
     t0 = time.time()
-    results, totals = run_all(args, model, prompts, vs, out_dir)
+    results, totals = run_all(args, model, prompts, vs, out_dir, warmup)
     summary = summarize(results, prompts)
     mode = ("all servers up at once, order rotated per prompt" if args.side_by_side else
             "one server at a time (plain, then SSR with its per-request variants in rotated order, then NGRAM)")

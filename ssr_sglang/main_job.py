@@ -1,9 +1,13 @@
 """The main job: SSR side by side with plain decoding (and NGRAM) on real SGLang servers.
 
 ``python -m ssr_sglang.main_job`` runs held-out tasks of the bundled tiny reasoning model on CPU:
-one server per method (plain, NGRAM, SSR; same settings otherwise), every task greedy, batch 1,
-streamed so the answer phase (after ``</think>``) is timed on its own. It ends with a table: mean
-latency each way, answer-phase speedup, acceptance length, and whether every output was identical.
+one server per method (plain, NGRAM, SSR with its default settings; otherwise identical), all up at
+once. Each server first serves ``--warmup`` tasks of another seed (not recorded: a fresh SSR server
+decides from fixed checkpoints until it has seen a few reasoning requests). Then every task goes to
+every server in an order rotated per task, each from an empty cache, greedy, batch 1, streamed so
+the answer phase (after ``</think>``) is timed on its own. It ends with a table: mean latency each
+way, the per-task speedups' spread and a bootstrap confidence interval of the latency ratio,
+answer-phase speedup, acceptance length, and whether every output was identical.
 
 Any other model works too: ``--model-path /models/Qwen3-8B --device cuda --prompts prompts.jsonl``
 (one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line).
@@ -25,9 +29,6 @@ import requests
 
 from ssr_sglang.testing.server import Server
 
-DEFAULT_SSR_ENV = {  # drafts every 16 reasoning tokens, suited to the bundled model's ~60-110-token reasoning
-    "SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKENS": "112",
-}
 METHODS = ("plain", "ngram", "ssr")
 
 
@@ -35,31 +36,34 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-path", default=None, help="default: the bundled tiny reasoning model")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
-    p.add_argument("--n", type=int, default=12, help="number of tasks")
+    p.add_argument("--n", type=int, default=24, help="number of timed tasks")
+    p.add_argument("--warmup", type=int, default=8, help="tasks of another seed each server serves first (not timed)")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--prompts", default=None, help="JSONL file of prompts (for models other than the bundled one)")
     p.add_argument("--methods", default=",".join(METHODS), help="comma list of plain,ngram,ssr")
     p.add_argument("--num-draft-tokens", type=int, default=12, help="--speculative-num-draft-tokens (NGRAM and SSR)")
     p.add_argument("--server-args", default="", help="extra arguments for every server, one string")
-    p.add_argument("--ssr-env", default=None,
-                   help="SSR_* settings as JSON (default: %s)" % json.dumps(DEFAULT_SSR_ENV))
+    p.add_argument("--ssr-env", default=None, help='SSR_* settings as JSON, e.g. \'{"SSR_POLICY": "fixed"}\' '
+                                                      "(default: none, the server's defaults)")
     p.add_argument("--out", default="results/main_job", help="folder for results.json, results.md, latency.png")
     p.add_argument("--seed", type=int, default=777, help="held-out task seed (training used other seeds)")
     return p.parse_args(argv)
 
 
 # -- tasks ----------------------------------------------------------------------
-def load_tasks(args, tokenizer) -> list:
-    """``[{"input_ids": [...], "expected": ... or None}]``."""
+def load_tasks(args, tokenizer, n: int, seed: int, skip: int = 0) -> list:
+    """``[{"input_ids": [...], "expected": ... or None}]``: ``n`` tasks (from ``--prompts``: after
+    the first ``skip`` lines; else the bundled model's task generator with ``seed``)."""
     if args.prompts:
-        rows = [json.loads(l) for l in Path(args.prompts).read_text().splitlines() if l.strip()][: args.n]
+        lines = [l for l in Path(args.prompts).read_text().splitlines() if l.strip()]
+        rows = [json.loads(l) for l in lines[skip: skip + n]]
         msgs = [r.get("messages") or [{"role": "user", "content": r["prompt"]}] for r in rows]
         expected = [None] * len(rows)
     else:
         from ssr_sglang.models import tasks
 
-        rng = random.Random(args.seed)
-        examples = [tasks.make_example(rng) for _ in range(args.n)]
+        rng = random.Random(seed)
+        examples = [tasks.make_example(rng) for _ in range(n)]
         msgs = [[{"role": "user", "content": ex["prompt"]}] for ex in examples]
         expected = [ex["final"] for ex in examples]
     out = []
@@ -136,17 +140,44 @@ def server_args(args, model: str, method: str) -> list:
     return a + shlex.split(args.server_args)
 
 
-def run_method(args, model, method, tasks_, out_dir: Path) -> list:
+def run_side_by_side(args, model, tasks_, warmup, out_dir: Path) -> dict:
+    """``{method: [row per task]}``: all servers up at once, each task sent to every server in an
+    order rotated per task, each request from an empty cache (:func:`flush_cache`)."""
+    from contextlib import ExitStack
+
     from tqdm import tqdm
 
-    env = json.loads(args.ssr_env) if args.ssr_env else DEFAULT_SSR_ENV
-    env = dict(env) if method == "ssr" else {}
-    if args.device != "cpu":
-        env["SGLANG_USE_CPU_ENGINE"] = "0"
-    with Server(server_args(args, model, method), env=env, log_path=str(out_dir / f"server-{method}.log")) as s:
-        run_one(s.url, tasks_[0]["input_ids"], 8)  # warm-up
-        return [run_one(s.url, t["input_ids"], args.max_new_tokens, flush=True)
-                for t in tqdm(tasks_, desc=f"{method:>5}", unit="task", file=sys.stdout)]
+    methods = args.methods.split(",")
+    env = json.loads(args.ssr_env) if args.ssr_env else {}
+    with ExitStack() as stack:
+        servers = {}
+        for m in methods:  # one after the other: SGLang sizes its KV pool from the memory free at load
+            e = dict(env) if m == "ssr" else {}
+            if args.device != "cpu":
+                e["SGLANG_USE_CPU_ENGINE"] = "0"
+            servers[m] = stack.enter_context(
+                Server(server_args(args, model, m), env=e, log_path=str(out_dir / f"server-{m}.log"), timeout=600))
+        for t in tqdm(warmup, desc="warm-up", unit="task", file=sys.stdout):
+            for s in servers.values():
+                run_one(s.url, t["input_ids"], args.max_new_tokens, flush=True)
+        results = {m: [None] * len(tasks_) for m in methods}
+        for i in tqdm(range(len(tasks_)), desc="tasks", unit="task", file=sys.stdout):
+            k = i % len(methods)
+            for m in methods[k:] + methods[:k]:
+                results[m][i] = run_one(servers[m].url, tasks_[i]["input_ids"], args.max_new_tokens, flush=True)
+    return results
+
+
+def ratio_interval(base: list, other: list, reps: int = 2000, seed: int = 0) -> tuple:
+    """95% bootstrap interval (over tasks) of ``mean(base) / mean(other)``, the e2e speedup."""
+    rng = random.Random(seed)
+    n = len(base)
+    stats = []
+    for _ in range(reps):
+        idx = [rng.randrange(n) for _ in range(n)]
+        stats.append(sum(base[i] for i in idx) / sum(other[i] for i in idx))
+    stats.sort()
+    return stats[int(0.025 * reps)], stats[int(0.975 * reps) - 1]
 
 
 # -- report -----------------------------------------------------------------------------
@@ -156,10 +187,17 @@ def summarize(results: dict, tasks_) -> dict:
     for method, rows in results.items():
         lat = [r["latency"] for r in rows]
         ans = [r["answer_time"] for r in rows if r["answer_time"] is not None]
-        s = {"mean_latency_s": statistics.mean(lat), "mean_answer_time_s": statistics.mean(ans) if ans else None}
+        reas = [r["reasoning_time"] for r in rows if r["reasoning_time"] is not None]
+        s = {"mean_latency_s": statistics.mean(lat), "mean_answer_time_s": statistics.mean(ans) if ans else None,
+             "mean_reasoning_time_s": statistics.mean(reas) if reas else None}
         if base is not None:
             s["identical_to_plain"] = sum(r["output_ids"] == b["output_ids"] for r, b in zip(rows, base))
             s["e2e_speedup"] = statistics.mean(b["latency"] for b in base) / s["mean_latency_s"]
+            per_task = sorted(b["latency"] / r["latency"] for r, b in zip(rows, base))
+            s["per_task_speedup"] = {"min": per_task[0], "median": statistics.median(per_task),
+                                     "max": per_task[-1], "slower_than_plain": sum(x < 1 for x in per_task)}
+            if method != "plain":
+                s["e2e_speedup_ci95"] = ratio_interval([b["latency"] for b in base], lat)
             s["per_sample_improvement_pct"] = 100 * (1 - 1 / statistics.mean(
                 b["latency"] / r["latency"] for r, b in zip(rows, base)))
             pairs = [(b["answer_time"], r["answer_time"]) for r, b in zip(rows, base)
@@ -173,6 +211,8 @@ def summarize(results: dict, tasks_) -> dict:
             s["accepted_prefix"] = sum(x["accepted_prefix"] for x in ssr)
             s["accepted_suffix"] = sum(x["accepted_suffix"] for x in ssr)
             s["drafts_started"] = sum(x["drafts_started"] for x in ssr)
+            overhead = [x["draft_overhead_s"] for x in ssr if x.get("draft_overhead_s") is not None]
+            s["draft_overhead_s"] = sum(overhead) / len(overhead) if overhead else None
         acc = [r["spec_accept_length"] for r in rows if r.get("spec_accept_length")]
         if acc:
             s["mean_spec_accept_length"] = statistics.mean(acc)
@@ -197,6 +237,20 @@ def markdown(summary: dict, n: int) -> str:
             f"| {m} | {f(s['mean_latency_s'])} | {f(s.get('e2e_speedup'), '{:.2f}x')} | {f(s['mean_answer_time_s'])} "
             f"| {f(s.get('answer_speedup'), '{:.2f}x')} | {f(s.get('answer_accept_length'), '{:.2f}')} "
             f"| {s.get('identical_to_plain', '—')}/{n} | {s.get('answers_correct', '—')}/{n} |")
+    return "\n".join(lines)
+
+
+def spread_markdown(summary: dict) -> str:
+    lines = ["| method | e2e speedup (95% CI) | per-task speedup min / median / max | tasks slower than plain "
+             "| reasoning (s) | answer (s) | drafting overhead per task (s) |", "|---|---|---|---|---|---|---|"]
+    for m, s in summary.items():
+        ci, pt = s.get("e2e_speedup_ci95"), s.get("per_task_speedup")
+        ci_s = f"{s['e2e_speedup']:.2f}x ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "—"
+        pt_s = f"{pt['min']:.2f} / {pt['median']:.2f} / {pt['max']:.2f}" if pt else "—"
+        slower = pt["slower_than_plain"] if pt else "—"
+        f = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+        lines.append(f"| {m} | {ci_s} | {pt_s} | {slower} | {f(s.get('mean_reasoning_time_s'))} "
+                     f"| {f(s.get('mean_answer_time_s'))} | {f(s.get('draft_overhead_s'))} |")
     return "\n".join(lines)
 
 
@@ -234,20 +288,20 @@ def main(argv=None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    tasks_ = load_tasks(args, tokenizer)
-    print(f"== {len(tasks_)} tasks on {model} ({args.device}); methods: {args.methods}")
-    results = {}
-    for method in args.methods.split(","):
-        results[method] = run_method(args, model, method, tasks_, out_dir)
+    tasks_ = load_tasks(args, tokenizer, args.n, args.seed, skip=args.warmup)
+    warmup = load_tasks(args, tokenizer, args.warmup, args.seed + 1)
+    print(f"== {len(tasks_)} tasks (+{len(warmup)} warm-up) on {model} ({args.device}); methods: {args.methods}, "
+          "all servers up at once, order rotated per task")
+    results = run_side_by_side(args, model, tasks_, warmup, out_dir)
     summary = summarize(results, tasks_)
     table = markdown(summary, len(tasks_))
     stamp = time.strftime("%Y-%m-%d")
     cmd = "python -m ssr_sglang.main_job " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     (out_dir / "results.json").write_text(json.dumps({"date": stamp, "command": cmd, "model": model,
                                                       "summary": summary, "results": results}, indent=1))
-    (out_dir / "results.md").write_text(f"{stamp}, `{cmd}`\n\n{table}\n")
+    (out_dir / "results.md").write_text(f"{stamp}, `{cmd}`\n\n{table}\n\n{spread_markdown(summary)}\n")
     plot(results, out_dir / "latency.png")
-    print("\n" + table)
+    print("\n" + table + "\n\n" + spread_markdown(summary))
     ssr = summary.get("ssr", {})
     if "ssr" in summary and "plain" in summary:
         print(f"\nSSR: {ssr.get('drafts_started')} drafts, answer-phase tokens accepted via prefix "

@@ -1,4 +1,4 @@
-"""The README's first command: the main job runs end to end and reports identical outputs."""
+"""The README's first command: the main job runs end to end, side by side, and reports identical outputs."""
 
 from __future__ import annotations
 
@@ -8,11 +8,17 @@ import json
 def test_main_job_on_bundled_model(tmp_path):
     from ssr_sglang.main_job import main
 
-    assert main(["--n", "2", "--methods", "plain,ssr", "--out", str(tmp_path)]) == 0
+    assert main(["--n", "3", "--warmup", "4", "--methods", "plain,ssr", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "results.json").read_text())
     ssr = result["summary"]["ssr"]
-    assert ssr["identical_to_plain"] == 2
-    assert ssr["answers_correct"] == 2
-    assert ssr["drafts_started"] >= 2
-    assert ssr["answer_accept_length"] > 2
-    assert (tmp_path / "results.md").read_text().count("|") > 10
+    assert ssr["identical_to_plain"] == 3
+    assert ssr["answers_correct"] == 3
+    lo, hi = ssr["e2e_speedup_ci95"]
+    assert lo <= ssr["e2e_speedup"] <= hi
+    assert ssr["per_task_speedup"]["min"] <= ssr["per_task_speedup"]["max"]
+    # after the warm-up the policy decides from the server's own history, and says why
+    for row in result["results"]["ssr"]:
+        decisions = row["ssr"]["decisions"]
+        assert decisions and not any(d["reason"].startswith("learning") for d in decisions), decisions
+    md = (tmp_path / "results.md").read_text()
+    assert "95% CI" in md and md.count("|") > 20

@@ -36,7 +36,9 @@ def urls(tmp_path_factory):
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     model = bundled_model_path()
     sargs = argparse.Namespace(device="cpu", num_draft_tokens=12, server_args="")
-    env = bu.ssr_env(argparse.Namespace(ssr_env=None), model)
+    # a fixed schedule (a draft every 16 reasoning tokens): these tests check the scripts' drafting figures,
+    # which the cost-aware default need not produce on two prompts
+    env = bu.ssr_env(argparse.Namespace(ssr_env='{"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8"}'), model)
     specs = {"plain": (server_args(sargs, model, "plain"), {}), "ssr": (server_args(sargs, model, "ssr"), env)}
     with contextlib.ExitStack() as stack:
         servers = bu.start_servers(stack, specs, tmp_path_factory.mktemp("servers"), "cpu")
@@ -71,7 +73,7 @@ def test_dataset_loaders():
 
 
 def test_latency_smoke(tmp_path, urls):
-    out = run_script("latency.py", "--n", "2", "--methods", "plain,ssr", "--ablations", "--urls", urls,
+    out = run_script("latency.py", "--n", "2", "--warmup", "1", "--methods", "plain,ssr", "--ablations", "--urls", urls,
                      "--single-checkpoints", "32", "--max-drafts-sweep", "2", "--out", str(tmp_path))
     res = json.loads((tmp_path / "results.json").read_text())
     s = res["summary"]
