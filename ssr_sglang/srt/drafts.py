@@ -1,7 +1,7 @@
-"""Hidden draft requests, forked inside the scheduler at reasoning checkpoints.
+"""Hidden draft requests, forked inside the scheduler when the request's drafting policy asks.
 
-At a checkpoint the parent's KV (prompt + reasoning so far) is published to the radix cache
-(``tree_cache.checkpoint``), and a hidden request ``prompt + reasoning + forced think end`` is queued
+When a draft is due (:func:`_wants_draft`: the cost-aware policy, or a fixed schedule) the parent's
+KV (prompt + reasoning so far) is published to the radix cache (``tree_cache.checkpoint``), and a hidden request ``prompt + reasoning + forced think end`` is queued
 with ``handle_generate_request``: it prefills only the forced suffix, then decodes in the same batches
 as everything else. Its rid is ``<parent rid>#ssr-<k>``, so aborting the parent (or a client
 disconnect) aborts its drafts too, by SGLang's own rid-prefix matching. Drafts never reach clients
@@ -68,9 +68,9 @@ def _wants_draft(scheduler, worker, st) -> bool:
     """Does the request's policy ask for a draft now?
 
     ``fixed``: a checkpoint of its schedule was passed. ``auto``: when the server's
-    :class:`~ssr_sglang.core.policy.DraftPolicy` expects a draft (or one replacing the running
-    draft) to save more than it costs; its schedule decides while the policy has no basis yet.
-    Every decision is kept for ``meta_info["ssr"]["decisions"]``.
+    :class:`~ssr_sglang.core.policy.DraftPolicy` expects a draft to save more than it costs (one
+    draft at a time; a newer one must beat the last); its schedule decides while the policy has no
+    basis yet. Every decision is kept for ``meta_info["ssr"]["decisions"]``.
     """
     due = bool(st.schedule.due(st.reasoning_len, len(st.drafts) + st.counters.drafts_skipped))
     if st.cfg.policy == "fixed":
@@ -87,7 +87,7 @@ def _wants_draft(scheduler, worker, st) -> bool:
             reasoning_tokens=st.reasoning_len,
             reasoning_tokens_per_step=st.reasoning_len / max(1, st.counters.reasoning_steps),
             batch_size=sum(1 for r in scheduler.running_batch.reqs if not (r.finished() or worker.is_hidden(r.rid))),
-            seeded=bool(st.drafts),
+            seeded=last is not None and last.seeded,
             draft_cap=st.cfg.draft_max_tokens,
             settled=st.settled,
             latest=latest,
