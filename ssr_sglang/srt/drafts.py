@@ -51,32 +51,40 @@ def maybe_fork(scheduler, worker, batch) -> None:
         if st.phase == ANSWER:
             _prune_for_answer(scheduler, worker, st, req)
             continue
-        if st.phase != REASONING or not _wants_draft(scheduler, worker, st):
+        if st.phase != REASONING:
             continue
-        reason = _skip_reason(scheduler, worker, req)
+        reason = _skip_reason(scheduler, worker, req)  # checked first: cheap, and under load it is the answer
         if reason:
-            st.counters.drafts_skipped += 1
-            st.note_decision({"at": st.reasoning_len, "fork": False, "reason": "skipped: " + reason})
-            logger.debug("SSR: skip draft of %s: %s", req.rid, reason)
+            skip = {"at": st.reasoning_len, "fork": False, "reason": "skipped: " + reason}
+            if st.cfg.policy == "fixed":
+                if st.schedule.due(st.reasoning_len, len(st.drafts) + st.counters.drafts_skipped):
+                    st.note_decision(skip)
+                    st.counters.drafts_skipped += 1  # the checkpoint is used up
+            elif st.note_decision(skip):  # auto: one entry (and count) per stretch blocked for one reason
+                st.counters.drafts_skipped += 1
+            logger.debug("SSR: no draft for %s: %s", req.rid, reason)
+            continue
+        decision = _wants_draft(scheduler, worker, st)
+        if decision["fork"] or st.cfg.policy != "fixed":
+            st.note_decision(decision)
+        if not decision["fork"]:
             continue
         t0 = time.perf_counter()
         _fork(scheduler, worker, req, st, len(st.drafts) + st.counters.drafts_skipped)
         st.counters.fork_time_s += time.perf_counter() - t0
 
 
-def _wants_draft(scheduler, worker, st) -> bool:
-    """Does the request's policy ask for a draft now?
+def _wants_draft(scheduler, worker, st) -> dict:
+    """Does the request's policy ask for a draft now? The decision as kept in ``meta_info``.
 
     ``fixed``: a checkpoint of its schedule was passed. ``auto``: when the server's
     :class:`~ssr_sglang.core.policy.DraftPolicy` expects a draft to save more than it costs (one
     draft at a time; a newer one must beat the last); its schedule decides while the policy has no
-    basis yet. Every decision is kept for ``meta_info["ssr"]["decisions"]``.
+    basis yet.
     """
     due = bool(st.schedule.due(st.reasoning_len, len(st.drafts) + st.counters.drafts_skipped))
     if st.cfg.policy == "fixed":
-        if due:
-            st.note_decision({"at": st.reasoning_len, "fork": True, "reason": "fixed schedule"})
-        return due
+        return {"at": st.reasoning_len, "fork": due, "reason": "fixed schedule"}
     live = st.live_drafts()
     last = st.drafts[-1] if st.drafts else None
     latest = (last.checkpoint, st.draft_written(last), not last.finished) if last is not None else None
@@ -95,8 +103,7 @@ def _wants_draft(scheduler, worker, st) -> bool:
     fork = (due and not live) if decision.fork is None else decision.fork
     if decision.fork is None:
         decision.reason += "; fixed schedule: " + ("checkpoint passed" if due else "no checkpoint passed")
-    st.note_decision(dict(decision.as_dict(st.reasoning_len), fork=fork))
-    return fork
+    return dict(decision.as_dict(st.reasoning_len), fork=fork)
 
 
 def _skip_reason(scheduler, worker, req) -> str:

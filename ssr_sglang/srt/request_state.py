@@ -246,15 +246,17 @@ class RequestSSR:
         """Answer tokens accepted from draft ``b``'s proposals."""
         return self._proposer.stats.per_draft.get(b.draft_id, 0) if self._proposer is not None else 0
 
-    def note_decision(self, decision: dict, limit: int = 32) -> None:
+    def note_decision(self, decision: dict, limit: int = 32) -> bool:
         """Keep a fork decision for ``meta_info``: every fork, and a no-fork only when its reason
-        differs from the previous entry's (repeats are counted in ``times``)."""
+        differs from the previous entry's (repeats are counted in ``times``). True when it is kept as
+        a new entry."""
         last = self.decisions[-1] if self.decisions else None
         if last is not None and not decision["fork"] and not last["fork"] and last["reason"] == decision["reason"]:
             last["times"] = last.get("times", 1) + 1
-            return
+            return False
         if len(self.decisions) < limit:
             self.decisions.append(decision)
+        return True
 
     def close_draft(self, b: DraftBranch, cancelled: bool) -> None:
         """The draft ended (or is being cancelled): take its last tokens and count it once."""
