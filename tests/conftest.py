@@ -12,6 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Tests that import SGLang's scheduler-side modules in this process (the SSR worker, NGRAM) need the CPU
+# engine's sgl_kernel stand-ins, as a server's processes get them: request the CPU engine before anything
+# imports sgl_kernel (the .pth bootstrap ran at start-up, before this variable was set).
+os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+from ssr_sglang.cpu import bootstrap  # noqa: E402
+
+bootstrap.install()
 os.environ.setdefault("SSR_TEST_MODEL_DIR", str(ROOT / ".cache" / "test-models"))
 LOG_DIR = ROOT / ".cache" / "test-logs"
 
