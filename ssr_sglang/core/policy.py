@@ -296,6 +296,9 @@ class DraftPolicy:
         longer = self.longer_than(v.reasoning_tokens)
         if longer < MIN_HISTORY:
             return Decision(None, f"reasoning longer than {self.history - longer} of the last {self.history} requests")
+        running = v.latest is not None and v.latest[2]
+        if running:
+            return Decision(False, "a draft is running")
         r = v.reasoning_tokens
         a_plain = self._rate(self._plain, 1.0)
         a_draft = self._rate(self._ssr, self.max_accept)
@@ -311,11 +314,8 @@ class DraftPolicy:
         saving = scale * float(new.mean())
         inputs = {"answer_tokens": answer, "step_s": t_answer, "a_plain": a_plain, "a_self": a_new,
                   "saving_s": saving}
-        running = v.latest is not None and v.latest[2]
         extra = self._extra.get(b)
         if extra is None or extra.n < MIN_COST_SAMPLES or self._since_extra[b] > STALE_STEPS:
-            if running:
-                return Decision(False, "a draft is running (measuring its cost)", inputs)
             return Decision(saving > 0, f"exploring: draft cost at batch size {v.batch_size} not measured lately",
                             inputs)
         per_step = max(0.0, extra.value)
@@ -324,8 +324,6 @@ class DraftPolicy:
         if v.latest is None:
             return self._first(v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs)
         at, written, _ = v.latest
-        if running:
-            return Decision(False, "a draft is running", inputs)
         old = self._values(r, v.reasoning_tokens_per_step, draft_len, 0.0, a_plain, at, written)
         gain = scale * float((np.maximum(new, old) - old).mean())
         inputs.update(gain_s=gain)

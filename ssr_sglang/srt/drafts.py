@@ -86,6 +86,8 @@ def _wants_draft(scheduler, worker, st) -> dict:
     if st.cfg.policy == "fixed":
         return {"at": st.reasoning_len, "fork": due, "reason": "fixed schedule"}
     live = st.live_drafts()
+    if live and worker.policy is not None:  # one draft at a time: nothing to weigh (and no work per step)
+        return {"at": st.reasoning_len, "fork": False, "reason": "a draft is running"}
     last = st.drafts[-1] if st.drafts else None
     latest = (last.checkpoint, st.draft_written(last), not last.finished) if last is not None else None
     if worker.policy is None:  # tensor parallel: timers differ per rank, decisions must not
