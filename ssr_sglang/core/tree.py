@@ -13,8 +13,13 @@ Outputs, for ``n = num_nodes``:
   is an ancestor-or-self of node ``i``
 * ``parents`` int64[n]    -- parent index, ``-1`` for the root
 
-Unused slots are padding: token 0, parent 0 (so a padding row has
-``mask[i][0] = mask[i][i] = 1``).  When the branches need more than
+Unused slots are padding: leaves under the root (parent 0, so a padding row
+has ``mask[i][0] = mask[i][i] = 1``) whose tokens are the smallest ids not
+already taken by a child of the root.  No node ever has two children with
+the same token: a sampling verifier that accumulates the target probability
+over tried siblings would count a duplicated token twice and accept it with
+probability up to ``k * p`` instead of ``p`` (:func:`distinct_siblings`
+enforces this on trees built elsewhere).  When the branches need more than
 ``n - 1`` nodes, branches earlier in the list (higher priority) are kept
 first and the first branch that does not fit is truncated.
 """
@@ -27,7 +32,8 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size", "nodes_in_use"]
+__all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size", "nodes_in_use",
+           "parents_from_mask", "distinct_siblings", "duplicate_siblings"]
 
 PAD_TOKEN = 0
 NO_LABEL = -1
@@ -119,12 +125,23 @@ def layout_tree(last_token: int, branches: Sequence[Sequence[int]], num_nodes: i
     depth = [0] * n
     for i in range(1, n):
         depth[i] = depth[par[i]] + 1
-    tokens = np.array([tok[o] for o in order] + [PAD_TOKEN] * pad, dtype=np.int64)
+    root_kids = {tok[c] for c in children[0].values()}
+    tokens = np.array([tok[o] for o in order] + _unused_tokens(root_kids, pad), dtype=np.int64)
     labels = np.array([label[o] for o in order] + [NO_LABEL] * pad, dtype=np.int64)
     mask = _mask_from_parents(par, n)
     parents = np.array(par, dtype=np.int64)
     depth = np.array(depth, dtype=np.int64)
     return TokenTree(tokens, mask, parents, labels, depth, real)
+
+
+def _unused_tokens(taken, k: int) -> List[int]:
+    """The ``k`` smallest non-negative token ids not in ``taken``."""
+    out, t = [], PAD_TOKEN
+    while len(out) < k:
+        if t not in taken:
+            out.append(t)
+        t += 1
+    return out
 
 
 def build_tree(last_token: int, branches: Sequence[Sequence[int]], num_nodes: int):
@@ -157,6 +174,8 @@ def build_chain(last_token: int, chain: Sequence[int], num_nodes: int):
     tokens[0] = last_token
     if k:
         tokens[1 : k + 1] = chain[:k]
+    if n - 1 - k:
+        tokens[k + 1 :] = _unused_tokens({int(chain[0])} if k else set(), n - 1 - k)
     mask, parents = _chain_layout(n, k)
     return tokens, mask.copy(), parents.copy()
 
@@ -177,7 +196,8 @@ def trie_size(branches: Sequence[Sequence[int]]) -> int:
 
 def nodes_in_use(tokens, mask, n: int) -> int:
     """Nodes of a laid-out tree up to its last real one: padding is token 0 hanging off the root
-    (row ``[1, 0, ..., 1 (self), 0, ...]``), as both SGLang's n-gram corpus and ``layout_tree`` pad.
+    (row ``[1, 0, ..., 1 (self), 0, ...]``), as SGLang's n-gram corpus pads (read it before
+    :func:`distinct_siblings` renames the padding).
     A real token 0 proposed right after the root would look the same; counting it as padding only
     proposes less, never anything wrong."""
     rows = np.asarray(mask).reshape(n, n)
@@ -186,3 +206,60 @@ def nodes_in_use(tokens, mask, n: int) -> int:
             return i + 1
     return 1
 
+
+
+@lru_cache(maxsize=64)
+def _strictly_lower(n: int) -> np.ndarray:
+    return np.tri(n, k=-1, dtype=bool)
+
+
+def parents_from_mask(mask, n: int) -> np.ndarray:
+    """Parent of every node of an ``n``-node tree given its ancestor-or-self mask (``-1`` for the root).
+
+    Any parent-before-child order works: a node's ancestors form a chain whose deepest member has the
+    largest index.  Example: ``n = 3``, rows ``[1,0,0] [1,1,0] [1,1,1]`` (a chain) -> ``[-1, 0, 1]``.
+    """
+    rows = np.asarray(mask, dtype=bool).reshape(n, n) & _strictly_lower(n)
+    last = n - 1 - np.argmax(rows[:, ::-1], axis=1)
+    return np.where(rows.any(axis=1), last, -1).astype(np.int64)
+
+
+def _sibling_groups(tokens, parents) -> dict:
+    groups: dict = {}
+    for i, p in enumerate(parents.tolist()[1:], 1):
+        groups.setdefault(p, []).append(i)
+    return groups
+
+
+def duplicate_siblings(tokens, mask, n: int) -> int:
+    """How many nodes carry the same token as an earlier sibling (0 for a tree a verifier may take)."""
+    dups = 0
+    for kids in _sibling_groups(tokens, parents_from_mask(mask, n)).values():
+        dups += len(kids) - len({int(tokens[i]) for i in kids})
+    return dups
+
+
+def distinct_siblings(tokens, mask, n: int) -> int:
+    """Give every node whose token repeats an earlier sibling's the smallest id no sibling has, in place.
+
+    The tree stays a valid proposal (any token may be proposed; verification decides), and no two
+    siblings share a token.  Returns how many nodes were renamed.  Example: SGLang's n-gram padding
+    ``tokens = [t, 5, 0, 0, 0]`` with all four nodes under the root becomes ``[t, 5, 0, 1, 2]``.
+    """
+    if len(set(tokens[1:].tolist())) == n - 1:  # no token repeats anywhere: nothing to rename
+        return 0
+    renamed = 0
+    for kids in _sibling_groups(tokens, parents_from_mask(mask, n)).values():
+        if len(kids) < 2:
+            continue
+        taken = {int(tokens[i]) for i in kids}
+        if len(taken) == len(kids):
+            continue
+        seen, fresh = set(), (t for t in range(PAD_TOKEN, PAD_TOKEN + 2 * len(kids) + 1) if t not in taken)
+        for i in kids:
+            t = int(tokens[i])
+            if t in seen:
+                tokens[i] = next(fresh)
+                renamed += 1
+            seen.add(t)
+    return renamed

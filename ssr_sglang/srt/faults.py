@@ -1,4 +1,5 @@
-"""Test-only fault injection at the points where SSR code runs inside SGLang's scheduler.
+"""Test-only switches: fault injection at the points where SSR code runs inside SGLang's scheduler,
+and a check of every token tree handed to the verifier.
 
 ``SSR_TEST_FAULTS=fork,propose,step,finish`` (read once, at import) arms those points; an armed point
 raises :class:`InjectedFault` only for requests whose rid contains ``fault-<point>``, so one server
@@ -8,6 +9,11 @@ test of an empty set.
 Points: ``fork`` (in the middle of forking a draft, after the parent's KV was published),
 ``propose`` (building a request's proposals in the worker), ``step`` (per-batch stage bookkeeping
 before the results are processed), ``finish`` (settling a finished request).
+
+``SSR_TEST_CHECK_TREES=1`` makes the worker count, for every request's tree of every verify step, the
+nodes that repeat a sibling's token (reported in ``/server_info`` as ``tree_checks`` and
+``duplicate_siblings_seen``; see :func:`ssr_sglang.core.tree.duplicate_siblings`), and the padding
+nodes renamed to get there (``siblings_renamed``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import os
 
 POINTS = ("fork", "propose", "step", "finish")
 FAULTS = frozenset(p.strip() for p in os.environ.get("SSR_TEST_FAULTS", "").split(",") if p.strip())
+
+CHECK_TREES = os.environ.get("SSR_TEST_CHECK_TREES", "") == "1"
 
 
 class InjectedFault(RuntimeError):

@@ -134,6 +134,9 @@ def _add_speculative(result, self, state, *args, **kwargs):
         state["ssr"]["active_drafts"] = sum(1 for s in w.requests.values() if s.is_draft)
         state["ssr"]["active_disabled"] = len(w.disabled)
         state["ssr"].update(w.lifecycle_counts)
+        if w.check_trees:
+            state["ssr"].update(tree_checks=w.tree_checks, duplicate_siblings_seen=w.duplicate_siblings_seen,
+                                siblings_renamed=w.siblings_renamed)
         if w.policy is not None:
             state["ssr"]["policy"] = w.policy.summary()
     return result

@@ -31,7 +31,7 @@ from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices_from_tree_mask_func
 
 from ssr_sglang.core.policy import DraftPolicy
-from ssr_sglang.core.tree import build_chain, layout_tree, nodes_in_use
+from ssr_sglang.core.tree import build_chain, distinct_siblings, duplicate_siblings, layout_tree, nodes_in_use
 from ssr_sglang.srt import active, compat, faults, metrics
 from ssr_sglang.srt.config import (RequestConfig, SSRConfigError, client_drafts, default_max_batch, parse_request,
                                    server_config_from_env)
@@ -62,6 +62,8 @@ class SSRWorker(NGRAMWorker):
         self._failures_logged: set = set()
         # parents SGLang ended through send_abort_output; states dropped by the per-step reconciliation
         self.lifecycle_counts = {"ended_by_abort_output": 0, "reconciled": 0}
+        self.check_trees = faults.CHECK_TREES  # tests: count duplicate siblings in every verified tree
+        self.tree_checks = self.duplicate_siblings_seen = self.siblings_renamed = 0
         self.adaptive_width = _adaptive_width(self.ssr_config.verify_width, runner)
         self.max_draft_batch = self.ssr_config.max_batch or default_max_batch(runner.device)
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
@@ -238,8 +240,15 @@ class SSRWorker(NGRAMWorker):
                 mask[mrows] = tree.mask
                 if widths is not None:
                     widths[i] = tree.num_real
-            elif widths is not None:
-                widths[i] = nodes_in_use(req_drafts[rows], mask[mrows], n)
+            else:  # n-gram or padding-only rows, zero-padded: width first, then distinct padding
+                if widths is not None:
+                    widths[i] = nodes_in_use(req_drafts[rows], mask[mrows], n)
+                renamed = distinct_siblings(req_drafts[rows], mask[mrows], n)
+                if self.check_trees:
+                    self.siblings_renamed += renamed
+            if self.check_trees:
+                self.tree_checks += 1
+                self.duplicate_siblings_seen += duplicate_siblings(req_drafts[rows], mask[mrows], n)
         self._widths = widths
         return req_drafts, mask
 
@@ -295,12 +304,13 @@ class SSRWorker(NGRAMWorker):
         self._width = width
 
     def _empty_proposals(self, batch):
-        """Every request gets a tree of padding only: one verified token per step."""
+        """Every request gets a tree of padding only (zero-padded as SGLang's n-gram corpus pads; the
+        caller makes the padding distinct): one verified token per step."""
         self.prev_token_ids, self.prev_accept_lens = [], [0] * len(batch.reqs)  # read by the corpus update
         bs = len(batch.reqs)
         last = [req.output_ids[-1] if len(req.output_ids) else req.origin_input_ids_unpadded[-1] for req in batch.reqs]
-        toks, mask, _ = build_chain(0, [], self.draft_token_num)
-        req_drafts = np.tile(toks, bs)
+        _, mask, _ = build_chain(0, [], self.draft_token_num)
+        req_drafts = np.zeros(bs * self.draft_token_num, dtype=np.int64)
         req_drafts[:: self.draft_token_num] = last
         return req_drafts, np.tile(mask, bs)
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ssr_sglang.core.tree import build_chain, build_tree, layout_tree, node_labels, trie_size
+from ssr_sglang.core.tree import (build_chain, build_tree, distinct_siblings, duplicate_siblings, layout_tree,
+                                  node_labels, parents_from_mask, trie_size)
 
 branches_st = st.lists(st.lists(st.integers(0, 4), max_size=6), max_size=6)
 
@@ -46,9 +47,16 @@ def test_layout_invariants(branches, n, last):
     # BFS: depth non-decreasing; parents non-decreasing over real nodes
     assert all(t.depth[i] <= t.depth[i + 1] for i in range(real - 1))
     assert all(parents[i] <= parents[i + 1] for i in range(1, real - 1))
-    # padding: token 0, parent 0
+    # padding: leaves under the root, tokens the smallest ids no real child of the root has
+    root_kids = {int(tokens[i]) for i in range(1, real) if parents[i] == 0}
+    pads = [int(tokens[i]) for i in range(real, n)]
+    free = [t for t in range(n + len(root_kids)) if t not in root_kids]
+    assert pads == free[: len(pads)]
     for i in range(real, n):
-        assert tokens[i] == 0 and parents[i] == 0 and m2[i].sum() == (1 if i == 0 else 2)
+        assert parents[i] == 0 and m2[i].sum() == (1 if i == 0 else 2)
+    # no node has two children with the same token (padding included)
+    assert duplicate_siblings(tokens, mask, n) == 0
+    assert np.array_equal(parents_from_mask(mask, n), parents)
     # trie: no two siblings share a token; every node path is a prefix of some branch
     paths = root_paths(tokens, parents, real)
     assert len(set(paths.values())) == real
@@ -91,7 +99,7 @@ def test_small_example():
     m = mask.reshape(6, 6).astype(int)
     assert m[5].tolist() == [1, 1, 0, 1, 0, 1]
     tokens, mask, parents = build_tree(7, [[1]], 4)
-    assert tokens.tolist() == [7, 1, 0, 0] and parents.tolist() == [-1, 0, 0, 0]
+    assert tokens.tolist() == [7, 1, 0, 2] and parents.tolist() == [-1, 0, 0, 0]
     assert mask.reshape(4, 4).astype(int).tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 0, 1]]
 
 
@@ -104,16 +112,53 @@ def test_single_node_and_errors():
         build_chain(3, [], 0)
 
 
+def _zero_padded(last, branches, n):
+    """A tree padded as SGLang's n-gram corpus pads: token 0 under the root."""
+    tree = layout_tree(last, branches, n)
+    tokens = tree.tokens.copy()
+    tokens[tree.num_real:] = 0
+    return tokens, tree.mask, tree.num_real
+
+
 def test_nodes_in_use_finds_the_last_real_node():
     from ssr_sglang.core.tree import nodes_in_use
 
     n = 8
     for branches, real in (([], 1), ([[5, 6]], 3), ([[5, 6], [5, 7, 8]], 5), ([[0, 4]], 3)):
-        tree = layout_tree(11, branches, n)
-        assert tree.num_real == real
-        assert nodes_in_use(tree.tokens, tree.mask, n) == real, branches
-    # SGLang's n-gram corpus pads the same way (token 0 under the root); a real 0 under the root at
-    # the end is taken for padding, which only verifies less
-    tree = layout_tree(11, [[5], [0]], n)
-    assert nodes_in_use(tree.tokens, tree.mask, n) == 2
+        tokens, mask, num_real = _zero_padded(11, branches, n)
+        assert num_real == real
+        assert nodes_in_use(tokens, mask, n) == real, branches
+    # a real 0 under the root at the end is taken for padding, which only verifies less
+    tokens, mask, _ = _zero_padded(11, [[5], [0]], n)
+    assert nodes_in_use(tokens, mask, n) == 2
     assert nodes_in_use(np.zeros(n, dtype=np.int64), np.eye(n, dtype=bool).reshape(-1), n) == n  # not padding
+
+
+def test_distinct_siblings_renames_repeats_only():
+    n = 6
+    tokens, mask, _ = _zero_padded(9, [[5, 0]], n)  # [9, 5, 0(child of 5), 0, 0, 0(pads under root)]
+    assert tokens.tolist() == [9, 5, 0, 0, 0, 0] and duplicate_siblings(tokens, mask, n) == 2
+    assert distinct_siblings(tokens, mask, n) == 2
+    assert tokens.tolist() == [9, 5, 0, 0, 1, 2]  # the child of 5 keeps its 0; the first pad keeps 0
+    assert duplicate_siblings(tokens, mask, n) == 0 and distinct_siblings(tokens, mask, n) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 12), data=st.data())
+def test_distinct_siblings_on_random_trees(n, data):
+    """Any parent-before-child tree with any (repeating) tokens: afterwards no sibling repeats, and only
+    nodes that repeated an earlier sibling changed."""
+    parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
+    tokens = np.array([data.draw(st.integers(0, 3)) for _ in range(n)], dtype=np.int64)
+    mask = np.zeros((n, n), dtype=bool)
+    for i in range(n):
+        j = i
+        while j != -1:
+            mask[i, j] = True
+            j = parents[j]
+    assert parents_from_mask(mask, n).tolist() == parents
+    before = tokens.copy()
+    repeats = {i for i in range(1, n) if any(parents[j] == parents[i] and before[j] == before[i] for j in range(1, i))}
+    assert distinct_siblings(tokens, mask.reshape(-1), n) == len(repeats)
+    assert duplicate_siblings(tokens, mask.reshape(-1), n) == 0
+    assert {i for i in range(n) if tokens[i] != before[i]} == repeats

@@ -12,7 +12,9 @@ from conftest import start_server
 
 CHECKPOINTS = [16, 48, 96]
 # SSR_MAX_BATCH=32 (CPU default 4): drafts must also run, and stay exact, among 8 concurrent requests
-SSR_ENV = {"SSR_CHECKPOINTS": ",".join(map(str, CHECKPOINTS)), "SSR_MAX_DRAFT_TOKENS": "48", "SSR_MAX_BATCH": "32"}
+# SSR_TEST_CHECK_TREES=1: the worker counts repeated sibling tokens in every tree it hands the verifier
+SSR_ENV = {"SSR_CHECKPOINTS": ",".join(map(str, CHECKPOINTS)), "SSR_MAX_DRAFT_TOKENS": "48", "SSR_MAX_BATCH": "32",
+           "SSR_TEST_CHECK_TREES": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +92,28 @@ def test_suffix_decoding_recovers_after_mismatch(ssr_server, chat_prompts, plain
     ssr = out["meta_info"]["ssr"]
     assert ssr["accepted_suffix"] > 0, ssr
     assert ssr["answer_accept_length"] > 2, ssr
+
+
+def test_every_verified_tree_has_distinct_siblings(ssr_server, chat_prompts, tokenizer):
+    """Reasoning with drafts, n-gram rows, padding-only rows and branching suffix proposals, four at a
+    time: no tree handed to the verifier has two siblings with the same token. SGLang's n-gram corpus
+    pads with token 0 under the root, so some padding was renamed (the check had something to catch)."""
+    before = ssr_server.server_info()["internal_states"][0]["ssr"]
+    closed = chat_prompts[2] + tokenizer("\n</think>\n\n", add_special_tokens=False).input_ids
+    ref = ssr_server.generate(input_ids=closed, max_new_tokens=64, sampling={"ignore_eos": True})["output_ids"]
+    draft = (ref[:8] + ref[4:12]) * 3 + ref  # repeats: suffix matches with several continuations
+    jobs = [dict(input_ids=chat_prompts[i], max_new_tokens=96) for i in (0, 3)]
+    jobs += [dict(input_ids=closed, max_new_tokens=64, sampling={"ignore_eos": True},
+                  custom_params={"ssr_draft": draft}), dict(input_ids=chat_prompts[4], max_new_tokens=64,
+                                                           custom_params={"ssr": False})]
+    with cf.ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda j: ssr_server.generate(**j), jobs))
+    assert sum(o["meta_info"]["ssr"]["drafts_started"] for o in outs[:2]) >= 1
+    assert outs[2]["output_ids"] == ref
+    after = ssr_server.server_info()["internal_states"][0]["ssr"]
+    assert after["tree_checks"] - before["tree_checks"] >= 16, after  # requests x verify steps
+    assert after["duplicate_siblings_seen"] == 0, after
+    assert after["siblings_renamed"] > before["siblings_renamed"], after
 
 
 def test_per_request_disable(ssr_server, chat_prompts, plain_outputs):
