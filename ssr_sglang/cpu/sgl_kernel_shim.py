@@ -1,9 +1,10 @@
 """The module served as ``sgl_kernel`` (and any ``sgl_kernel.<sub>``) on SGLang's CPU engine.
 
-Known ops come from :mod:`ssr_sglang.cpu.ops` (pure torch). Any other name resolves lazily to a
-callable that raises ``NotImplementedError`` naming the op when it is called, so SGLang modules
-that merely import an op they never use on CPU still load, and a model or feature that does need
-a missing op fails with a message that says which one.
+Known ops come from :mod:`ssr_sglang.cpu.ops` and :mod:`ssr_sglang.cpu.sampling_ops` (pure torch;
+the latter: ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob``).
+Any other name resolves lazily to a callable that raises ``NotImplementedError`` naming the op when it
+is called, so SGLang modules that merely import an op they never use on CPU still load, and a model
+or feature that does need a missing op fails with a message that says which one.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class _ShimLoader(importlib.abc.Loader):
         return types.ModuleType(spec.name)
 
     def exec_module(self, module):
-        from ssr_sglang.cpu import ops
+        from ssr_sglang.cpu import ops, sampling_ops
 
         module.__path__ = []  # a package, so ``import sgl_kernel.<sub>`` goes through the finder too
         module.__ssr_stand_in__ = True
@@ -57,7 +58,7 @@ class _ShimLoader(importlib.abc.Loader):
         if module.__name__ == "sgl_kernel":
             module.__version__ = "0.0.0+ssr-cpu-stand-in"
             ops.register_torch_ops()
-        for name, fn in ops.PYTHON_OPS.items():
+        for name, fn in {**ops.PYTHON_OPS, **sampling_ops.PYTHON_OPS}.items():
             setattr(module, name, fn)
 
 
