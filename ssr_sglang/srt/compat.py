@@ -9,7 +9,8 @@ under traffic.
 
 * :func:`check_static` (``SSRSpecAlgo.handle_server_args``, the launcher, before a model loads):
   classes, methods, constructor fields, ``Req`` attributes.
-* :func:`check_worker` (``SSRWorker.__init__``, the scheduler process): the hooks are applied there,
+* :func:`check_worker` (``SSRWorker.__init__``, the scheduler process): the hooks are applied there
+  (on the CPU engine, also the one that lets verify sample: :mod:`ssr_sglang.cpu.eagle_sampling`),
   and the NGRAM worker attributes SSR reads exist.
 * :func:`check_scheduler` (first scheduler hook call): instance attributes of the live scheduler.
 """
@@ -48,6 +49,9 @@ CALLABLES = (
     "sglang.srt.speculative.ngram_worker.reconstruct_indices_from_tree_mask_func",
     "sglang.srt.managers.schedule_batch.Req.refresh_fill_ids",
     "sglang.srt.managers.schedule_batch.Req.finished",
+    # the verify step of every SSR decode step (sampled requests on CPU: ssr_sglang.cpu.eagle_sampling)
+    "sglang.srt.speculative.eagle_utils.eagle_sample",
+    "sglang.srt.speculative.eagle_utils._verify_uses_greedy",
 )
 # Keyword arguments drafts._fork passes to TokenizedGenerateReqInput.
 FORK_FIELDS = ("rid", "input_text", "input_ids", "input_embeds", "mm_inputs", "token_type_ids", "sampling_params",
@@ -120,6 +124,11 @@ def check_static() -> None:
     for a in REQ_ATTRS:
         if f"self.{a}" not in source and f"def {a}" not in source and not hasattr(req, a):
             _fail(f"sglang.srt.managers.schedule_batch.Req.{a}", "request attribute")
+    from ssr_sglang.cpu import eagle_sampling
+
+    if eagle_sampling.wanted():  # CPU engine: sampled requests need the verify step's sampling branch
+        for what, detail in eagle_sampling.problems():
+            _fail(what, f"{detail}; needed to sample on CPU ({eagle_sampling.ENV}=0 verifies greedily)")
 
 
 def check_hooks_applied() -> None:
@@ -134,6 +143,10 @@ def check_hooks_applied() -> None:
 def check_worker(worker) -> None:
     check_static()
     check_hooks_applied()
+    from ssr_sglang.cpu import eagle_sampling
+
+    if eagle_sampling.wanted() and not eagle_sampling.applied():
+        _fail(eagle_sampling.TARGET, "its CPU sampling hook was not applied: see 'Failed to apply hooks' in the log")
     for a in WORKER_ATTRS:
         if not hasattr(worker, a):
             _fail(f"sglang.srt.speculative.ngram_worker.NGRAMWorker.{a}", "worker attribute")

@@ -16,6 +16,9 @@ def register() -> None:
 
     if bootstrap.cpu_engine_requested() and bootstrap.shim_active():
         _keep_intel_amx_attention()
+        from ssr_sglang.cpu import eagle_sampling
+
+        eagle_sampling.install()  # sampled requests: CPU verify samples, as on GPU (NGRAM and EAGLE too)
     _register_algorithm()
     from ssr_sglang.srt import hooks
 
