@@ -19,13 +19,24 @@ extend/decode kernels):
 * ``sinks`` (one logit per query head) join the softmax denominator only, as in the Triton kernels.
 * Scores, softmax and the weighted sum run in float32; outputs are written in the output's dtype.
   KV buffers stored as fp8 are dequantised with ``key_scale`` / ``value_scale``.
+
+Exact verify rows (``SSR_CPU_EXACT_VERIFY=1``): a tree-verify query is computed as one query over
+exactly the keys it sees (the cached prefix, then its ancestors and itself, in position order), end-
+padded as a batched decode step pads -- the same computation as the decode step of that token after
+its path was accepted, so verify and decode attention agree bit for bit. By default verify queries of
+a request share one product over all its keys, masked: a matmul over more query rows, or over masked
+keys between visible ones, rounds differently in float32, and in a bf16 model that flips a rounding
+now and then. The exact rows cost more (every row reads its whole prefix).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
+
+EXACT_VERIFY = os.environ.get("SSR_CPU_EXACT_VERIFY", "") == "1"
 
 # Upper bound on float32 score elements held at once per request (chunks of queries).
 _MAX_SCORE_ELEMS = 1 << 24
@@ -43,6 +54,14 @@ def _load_kv(buffer: torch.Tensor, slots: torch.Tensor, scale: float) -> torch.T
     if buffer.dtype in _FP8_DTYPES and scale != 1.0:
         rows = rows * scale
     return rows
+
+
+def _load_raw(buffer: torch.Tensor, slots: torch.Tensor, scale: float) -> torch.Tensor:
+    """Rows ``slots`` of a KV buffer in the buffer's dtype (float32 when fp8 must be dequantised); the
+    float32 copy is made once, in the layout the product needs (:func:`_attend_one`)."""
+    if buffer.dtype in _FP8_DTYPES:
+        return _load_kv(buffer, slots, scale)
+    return buffer[slots]
 
 
 def _check_unsupported(is_cross_attention: bool, op: str) -> None:
@@ -94,13 +113,54 @@ def _attend(
     return out.permute(0, 3, 1, 2, 4).reshape(b, m, h, v.shape[-1])
 
 
+def _attend_one(
+    q: torch.Tensor,  # [B, H, Dq] float32: one query per problem
+    k: torch.Tensor,  # [B, L, Hkv, Dq] float32
+    v: torch.Tensor,  # [B, L, Hkv, Dv] float32
+    lens: torch.Tensor,  # [B]: keys ``[0, lens[b])`` are visible, the rest is padding
+    sm_scale: float,
+    logit_cap: float,
+    sinks: Optional[torch.Tensor],  # [H] float32 or None
+) -> torch.Tensor:
+    """Attention of one query over its own keys, for ``B`` independent problems; returns ``[B, H, Dv]``.
+
+    The query heads that share a key head form the rows of one product with that head's keys, so
+    keys and values are read once (no copy per query head). Decode steps and tree-verify rows both
+    run through here, so a verify row and the decode step of the same token compute alike.
+    """
+    b, h, dq = q.shape
+    hkv = k.shape[2]
+    if h % hkv != 0:
+        raise ValueError(f"number of query heads ({h}) is not a multiple of kv heads ({hkv})")
+    group = h // hkv
+    width = k.shape[1]
+    kt = torch.empty(b, hkv, dq, width, dtype=torch.float32).copy_(k.permute(0, 2, 3, 1))  # one copy
+    scores = torch.matmul(q.view(b, hkv, group, dq), kt) * sm_scale  # [B, Hkv, G, L]
+    if logit_cap > 0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    hidden = torch.arange(width)[None, :] >= lens[:, None]  # [B, L]
+    scores = scores.masked_fill(hidden[:, None, None, :], float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    if sinks is not None:
+        row_max = torch.maximum(row_max, sinks.view(1, hkv, group, 1))
+    row_max = torch.nan_to_num(row_max, nan=0.0, neginf=0.0)
+    probs = torch.exp(scores - row_max)
+    denom = probs.sum(dim=-1, keepdim=True)
+    if sinks is not None:
+        denom = denom + torch.exp(sinks.view(1, hkv, group, 1) - row_max)
+    vt = torch.empty(b, hkv, width, v.shape[-1], dtype=torch.float32).copy_(v.permute(0, 2, 1, 3))
+    out = torch.matmul(probs, vt)  # [B, Hkv, G, Dv]
+    out = out / torch.where(denom > 0, denom, torch.ones_like(denom))
+    return out.reshape(b, h, v.shape[-1])
+
+
 def _gather_kv(buffer: torch.Tensor, scale: float, req_to_token: torch.Tensor, rows: torch.Tensor,
-               lens: torch.Tensor, width: int) -> torch.Tensor:
-    """Keys (or values) of ``B`` requests as ``[B, width, Hkv, D]`` float32; positions at or past a
-    request's length read slot 0 (to be masked)."""
+               lens: torch.Tensor, width: int, raw: bool = False) -> torch.Tensor:
+    """Keys (or values) of ``B`` requests as ``[B, width, Hkv, D]`` float32 (``raw``: as
+    :func:`_load_raw` gives them); positions at or past a request's length read slot 0 (to be masked)."""
     slots = req_to_token[rows, :width].long()
     slots = torch.where(torch.arange(width)[None, :] < lens[:, None], slots, torch.zeros_like(slots))
-    return _load_kv(buffer, slots, scale)
+    return (_load_raw if raw else _load_kv)(buffer, slots, scale)
 
 
 def _window_mask(
@@ -155,6 +215,11 @@ def extend_attention_cpu(
     start_list = extend_start_loc.tolist()
     rpi_list = req_pool_indices.tolist()
     h = q_extend.shape[1]
+    if tree_mask is not None and window <= 0 and EXACT_VERIFY:
+        _extend_tree_rows(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,
+                          req_to_token, rpi_list, seq_list, ext_list, start_list, sm_scale, logit_cap, sink_f,
+                          tree_mask)
+        return
     if window <= 0 and _batchable(ext_list, start_list, seq_list, h):
         _extend_batched(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,
                         req_to_token, req_pool_indices, seq_lens, ext_list[0], sm_scale, logit_cap, sink_f,
@@ -204,6 +269,55 @@ def extend_attention_cpu(
                 None if visible is None else visible[None], sm_scale, logit_cap, sink_f,
             )
             o_extend[start + c0 : start + c1] = out[0].to(o_extend.dtype)
+
+
+def _extend_tree_rows(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,
+                      req_to_token, rpi_list, seq_list, ext_list, start_list, sm_scale, logit_cap, sinks,
+                      tree_mask) -> None:
+    """Tree-verify attention, one query row at a time over its own visible keys (see module doc).
+
+    All rows run as one batch of single-query problems, keys end-padded and masked exactly as a
+    batched decode step pads them. Example: prefix 5, tree ``0 -> 1 -> 2`` and ``0 -> 3``: node 2 sees
+    the keys at positions ``[0..4, 5, 6, 7]``, node 3 those at ``[0..4, 5, 8]``, each as one query.
+    """
+    pool_rows, lens, out_rows, fix = [], [], [], []  # fix: (row, key column, node position, extend row)
+    mask_off = 0
+    for i, (seq_len, ext, start) in enumerate(zip(seq_list, ext_list, start_list)):
+        seq_len, ext, start = int(seq_len), int(ext), int(start)
+        if ext <= 0:
+            continue
+        prefix = seq_len - ext
+        if prefix < 0:
+            raise ValueError(f"request {i}: seq_len {seq_len} < extend_len {ext}")
+        blk = tree_mask[mask_off: mask_off + ext * ext].view(ext, ext).bool().tolist()
+        mask_off += ext * ext
+        for r, seen in enumerate(blk):
+            row = len(out_rows)
+            col = prefix
+            for j in range(ext):
+                if seen[j]:
+                    fix.append((row, col, prefix + j, start + j))
+                    col += 1
+            pool_rows.append(int(rpi_list[i]))
+            lens.append(col)
+            out_rows.append(start + r)
+    if not out_rows:
+        return
+    width = max(lens)
+    rows_t = torch.tensor(pool_rows)
+    lens_t = torch.tensor(lens)
+    row_i, col_i, pos_i, ext_i = torch.tensor(fix).unbind(1)
+    slots = req_to_token[rows_t, :width].long()
+    slots[row_i, col_i] = req_to_token[rows_t[row_i], pos_i].long()
+    slots = torch.where(torch.arange(width)[None, :] < lens_t[:, None], slots, torch.zeros_like(slots))
+    k = _load_raw(k_buffer, slots, key_scale)
+    v = _load_raw(v_buffer, slots, value_scale)
+    if k_extend is not None and v_extend is not None:  # this step's keys as given, not as stored
+        k[row_i, col_i] = k_extend[ext_i].to(k.dtype)
+        v[row_i, col_i] = v_extend[ext_i].to(v.dtype)
+    out_t = torch.tensor(out_rows)
+    out = _attend_one(q_extend[out_t].float(), k, v, lens_t, sm_scale, logit_cap, sinks)
+    o_extend[out_t] = out.to(o_extend.dtype)
 
 
 def _batchable(ext_list, start_list, seq_list, heads: int) -> bool:
@@ -294,11 +408,11 @@ def decode_attention_cpu(
         lens = seq_lens.long()
         width = int(lens.max())
         rows = req_pool_indices.long()
-        k = _gather_kv(k_cache, key_scale, req_to_token, rows, lens, width)
-        v = _gather_kv(v_cache, value_scale, req_to_token, rows, lens, width)
-        visible = (torch.arange(width)[None, :] < lens[:, None])[:, None, :]
-        out = _attend(query.float()[:, None], k, v, visible, sm_scale, logit_cap, sink_f)
-        output.copy_(out[:, 0].reshape(output.shape).to(output.dtype))
+        k = _gather_kv(k_cache, key_scale, req_to_token, rows, lens, width, raw=True)
+        v = _gather_kv(v_cache, value_scale, req_to_token, rows, lens, width, raw=True)
+        out = _attend_one(query.float().reshape(len(seq_list), -1, k.shape[-1]), k, v, lens, sm_scale,
+                          logit_cap, sink_f)
+        output.copy_(out.reshape(output.shape).to(output.dtype))
         return
     for i, (seq_len, rpi) in enumerate(zip(seq_list, rpi_list)):
         seq_len = int(seq_len)
@@ -309,5 +423,6 @@ def decode_attention_cpu(
         slots = req_to_token[int(rpi), start:seq_len].long()
         k = _load_kv(k_cache, slots, key_scale)
         v = _load_kv(v_cache, slots, value_scale)
-        out = _attend(query[None, i : i + 1].float(), k[None], v[None], None, sm_scale, logit_cap, sink_f)
-        output[i] = out[0, 0].to(output.dtype)
+        out = _attend_one(query[i : i + 1].float().reshape(1, -1, k.shape[-1]), k[None], v[None],
+                          torch.tensor([seq_len - start]), sm_scale, logit_cap, sink_f)
+        output[i] = out[0].reshape(output.shape[1:]).to(output.dtype)

@@ -221,6 +221,42 @@ def test_verify_batch_invariant(seed):
         assert torch.equal(alone, together[i * n:(i + 1) * n]), f"request {i}"
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("pass_kv", [True, False])
+def test_verify_rows_equal_decode_rows(seed, pass_kv, monkeypatch):
+    """With SSR_CPU_EXACT_VERIFY=1, every row of a tree verify equals, bit for bit, the decode step of
+    its token once its path was accepted (the cached prefix, then its ancestors, then itself), with
+    realistic sizes in bf16: attention in the verify pass cannot change a greedy token."""
+    from ssr_sglang.cpu import attention_ops
+
+    monkeypatch.setattr(attention_ops, "EXACT_VERIFY", True)
+    n, prefix = 8, [300, 57, 610]
+    h, hkv, d = 9, 3, 64
+    b = _make_batch(seed, prefix_lens=prefix, ext_lens=[n] * len(prefix), h=h, hkv=hkv, d=d, dv=d,
+                    dtype=torch.bfloat16)
+    trees = [_random_tree_mask(n, b["gen"]) for _ in prefix]
+    flat = torch.tensor([x for _, blk in trees for row in blk for x in row], dtype=torch.bool)
+    verify = _run_extend(b, h=h, dv=d, scale=0.125, tree_mask=flat, pass_kv=pass_kv)
+    rows, lens, queries = [], [], []
+    for i, (p, (_, blk)) in enumerate(zip(prefix, trees)):
+        slots = b["req_to_token"][b["req_pool_indices"][i]].tolist()
+        for r in range(n):
+            path = [j for j in range(n) if blk[r][j]]  # ancestors-or-self, in position order
+            rows.append(slots[:p] + [slots[p + j] for j in path])
+            lens.append(p + len(path))
+            queries.append(i * n + r)
+    width = max(lens)
+    r2t = torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.int32)
+    out = torch.empty(len(rows), h, d, dtype=torch.bfloat16)
+    decode_attention_cpu(b["q"][queries], b["k_buffer"], b["v_buffer"], 1.0, 1.0, out, None, None,
+                         torch.zeros(len(rows), dtype=torch.int64), torch.empty(0), r2t,
+                         torch.arange(len(rows)), torch.tensor(lens), 0.125, 0.0)
+    assert torch.equal(out, verify[queries])
+    monkeypatch.setattr(attention_ops, "EXACT_VERIFY", False)  # the default path is close, not exact
+    shared = _run_extend(b, h=h, dv=d, scale=0.125, tree_mask=flat, pass_kv=pass_kv)
+    torch.testing.assert_close(shared, verify, **_tol(torch.bfloat16))
+
+
 def test_decode_batch_invariant():
     seq_lens = [1, 30, 7, 64]
     gen, q, k_cache, v_cache, k_new, v_new, loc, r2t, rpi = _decode_case(
