@@ -57,8 +57,11 @@ __all__ = [
     "PYTHON_OPS",
 ]
 
-# Attribute a top-k-renormalized row carries: per row, the probability mass the filter kept.
+# Attributes a top-k-renormalized batch carries: per row, the probability mass the filter kept; and a
+# bound on every row's nonzero count (the vocabulary if some row is unfiltered).
 TOP_K_MASS_ATTR = "_ssr_top_k_mass"
+TOP_K_WIDTH_ATTR = "_ssr_top_k_width"
+TOP_P_FIRST_WIDTH = 256  # leading tokens top-p orders first (widened x8 while a row needs more)
 
 
 def _per_row(values: Union[torch.Tensor, float, int], rows: int, dtype) -> torch.Tensor:
@@ -78,17 +81,21 @@ def top_k_renorm_prob(probs: torch.Tensor, top_k: Union[torch.Tensor, int]) -> t
     p = probs.float()
     rows, vocab = p.shape
     k = _per_row(top_k, rows, torch.int64).clamp(min=1, max=vocab)
-    if bool((k >= vocab).all()):
-        out = p.clone()
-        kept = out.sum(-1)
-    else:
-        sorted_p, order = p.sort(dim=-1, descending=True)
-        rank = torch.arange(vocab).unsqueeze(0)
-        sorted_p = sorted_p.masked_fill(rank >= k.unsqueeze(1), 0.0)
-        out = torch.zeros_like(p).scatter_(1, order, sorted_p)
-        kept = out.sum(-1)
+    out = p.clone()
+    sel = (k < vocab).nonzero().reshape(-1)
+    width = vocab
+    if sel.numel():
+        ks = k[sel]
+        kmax = int(ks.max())
+        vals, idx = torch.topk(p[sel], kmax, dim=-1)  # O(vocab) per row, not a sort of the row
+        vals = vals.masked_fill(torch.arange(kmax).unsqueeze(0) >= ks.unsqueeze(1), 0.0)
+        out[sel] = torch.zeros(sel.numel(), vocab).scatter_(1, idx, vals)
+        if sel.numel() == rows:
+            width = kmax
+    kept = out.sum(-1)
     out = out / kept.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(1)
     setattr(out, TOP_K_MASS_ATTR, kept)
+    setattr(out, TOP_K_WIDTH_ATTR, width)
     return out
 
 
@@ -96,18 +103,32 @@ def top_p_renorm_prob(probs: torch.Tensor, top_p: Union[torch.Tensor, float]) ->
     """Keep, per row, the tokens of the descending order whose preceding mass is ``<= top_p``; renormalize.
 
     On a row from :func:`top_k_renorm_prob`, the preceding mass is measured in the unfiltered row
-    (SGLang's joint top-k/top-p order); otherwise in ``probs`` itself.
+    (SGLang's joint top-k/top-p order); otherwise in ``probs`` itself. Only the leading tokens are
+    ordered (``torch.topk``, widened until every row's kept set is inside), not the whole vocabulary.
     """
     p = probs.float()
     rows, vocab = p.shape
-    tp = _per_row(top_p, rows, torch.float32)
-    sorted_p, order = p.sort(dim=-1, descending=True)
-    before = sorted_p.cumsum(-1) - sorted_p
-    kept_k = getattr(probs, TOP_K_MASS_ATTR, None)
-    if kept_k is not None:
-        before = before * kept_k.reshape(-1, 1)
-    sorted_p = sorted_p.masked_fill(before > tp.unsqueeze(1), 0.0)
-    out = torch.zeros_like(p).scatter_(1, order, sorted_p)
+    tp = _per_row(top_p, rows, torch.float32).unsqueeze(1)
+    scale = getattr(probs, TOP_K_MASS_ATTR, None)
+    scale = None if scale is None else scale.reshape(-1, 1)
+    width = min(vocab, getattr(probs, TOP_K_WIDTH_ATTR, None) or TOP_P_FIRST_WIDTH)
+    while True:
+        if width * 4 > vocab:  # most of the row: one sort beats a wide top-k
+            width = vocab
+            vals, idx = p.sort(dim=-1, descending=True)
+        else:
+            vals, idx = torch.topk(p, width, dim=-1)
+        run = vals.cumsum(-1)
+        if scale is not None:
+            run = run * scale
+        # a token outside the leading ``width`` has at least their mass before it (dropped if > top_p)
+        # or no mass at all
+        if width == vocab or bool(((run[:, -1:] > tp) | (vals[:, -1:] <= 0)).all()):
+            break
+        width *= 8
+    before = run - (vals * scale if scale is not None else vals)
+    vals = vals.masked_fill(before > tp, 0.0)
+    out = torch.zeros_like(p).scatter_(1, idx, vals)
     return out / out.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
 
 

@@ -403,6 +403,32 @@ def test_top_k_top_p_renorm_match_sglang_sampler(case):
     assert torch.allclose(out.sum(-1), torch.ones(rows), atol=1e-5)
 
 
+@pytest.mark.parametrize("case", ["top_k", "top_p", "both"])
+def test_large_vocab_mixed_rows_match_sglang_sampler(case):
+    """Past 1024 tokens top-p orders only the leading tokens (widened while a row needs more), and rows
+    without a top-k sit beside rows with one."""
+    g = torch.Generator().manual_seed(4)
+    rows, vocab = 24, 5000
+    scale = torch.tensor([0.05, 1.0, 3.0, 8.0]).repeat(rows // 4).unsqueeze(1)  # flat ... peaked rows
+    probs = torch.softmax(torch.randn(rows, vocab, generator=g) * scale, -1)
+    top_ks = torch.where(torch.arange(rows) % 3 == 0, 1 << 30, torch.randint(1, 3000, (rows,), generator=g))
+    top_ps = torch.rand(rows, generator=g) * 0.9 + 0.1
+    if case == "top_k":
+        top_ps = torch.ones(rows)
+    if case == "top_p":
+        top_ks = torch.full((rows,), 1 << 30)
+    out = probs
+    if case != "top_p":
+        out = sampling_ops.top_k_renorm_prob(out, top_ks.int())
+    if case != "top_k":
+        out = sampling_ops.top_p_renorm_prob(out, top_ps)
+    # top-p 1 in SGLang's sampler still drops tail tokens whose float32 mass before them exceeds 1;
+    # verify applies no top-p when no row asks for it
+    ref = sglang_filtered(probs, top_ks.int(), top_ps if case != "top_k" else torch.full((rows,), 2.0))
+    assert torch.equal(out > 0, ref > 0)
+    assert torch.allclose(out, ref, atol=1e-6), (out - ref).abs().max()
+
+
 def test_top_k_keeps_exactly_k_and_top_p_alone_measures_its_input():
     probs = torch.tensor([[0.4, 0.3, 0.2, 0.1]])
     k2 = sampling_ops.top_k_renorm_prob(probs, torch.tensor([2]))
