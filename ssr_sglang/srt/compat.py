@@ -106,7 +106,9 @@ def resolve(path: str):
 
 
 def check_static() -> None:
-    for path in HOOK_TARGETS + CALLABLES:
+    from ssr_sglang.srt import sglang_fixes
+
+    for path in HOOK_TARGETS + CALLABLES + sglang_fixes.TARGETS:
         if not callable(resolve(path)):
             _fail(path, "not callable")
     cls = resolve("sglang.srt.managers.io_struct.TokenizedGenerateReqInput")
@@ -132,10 +134,13 @@ def check_static() -> None:
 
 
 def check_hooks_applied() -> None:
-    """``HookRegistry.apply_hooks`` only logs a target it cannot patch: SSR needs every one."""
+    """``HookRegistry.apply_hooks`` only logs a target it cannot patch: SSR needs every one (its own hooks
+    and the SGLang fixes of :mod:`ssr_sglang.srt.sglang_fixes`)."""
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    for target in HOOK_TARGETS:
+    from ssr_sglang.srt import sglang_fixes
+
+    for target in HOOK_TARGETS + sglang_fixes.TARGETS:
         if target not in HookRegistry._patched:
             _fail(target, "its SSR hook was not applied: see 'Failed to apply hooks' in the log")
 

@@ -20,9 +20,11 @@ def register() -> None:
 
         eagle_sampling.install()  # sampled requests: CPU verify samples, as on GPU (NGRAM and EAGLE too)
     _register_algorithm()
-    from ssr_sglang.srt import hooks
+    from ssr_sglang.srt import hooks, sglang_fixes
 
     hooks.install()
+    from ssr_sglang.srt import _exp_rowwise; _exp_rowwise.install(); _exp_rowwise.install_lm()  # EXPERIMENT
+    sglang_fixes.install()  # SGLang bugs, fixed on every speculative server (NGRAM too)
 
 
 def _register_algorithm() -> None:
