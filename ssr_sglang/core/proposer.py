@@ -1,29 +1,52 @@
 """Per-request proposer: draft answers -> speculative token proposals.
 
 A request may own several drafts (iterative SSR: one per reasoning
-checkpoint, newest last).  Every call to :meth:`DraftProposer.propose` gets
-the answer generated so far (append-only across calls) and returns tokens
-for the target model to verify:
+checkpoint, newest last), plus suffix-only *references* (prompt, reasoning).
+Every call to :meth:`DraftProposer.propose` / :meth:`~DraftProposer.propose_tree`
+gets the answer generated so far (append-only across calls) and returns
+tokens for the target model to verify.
 
-1. **prefix** -- a draft is *aligned* while ``answer == draft[:len(answer)]``.
-   The newest aligned draft that extends past the answer proposes
-   ``draft[len(answer):][:k]``.  A draft is dropped from prefix use at its
-   first mismatch; a draft added after the answer started is aligned iff
-   its prefix equals the answer so far.
-2. **suffix** -- otherwise, the longest suffix of the answer occurring in a
-   draft (or in a reference source such as the prompt) is looked up in a
-   :class:`~ssr_sglang.core.suffix_index.SuffixIndex`, and the tokens that
-   follow it there are proposed, at most ``spec_factor * match_len +
-   spec_offset`` of them (SuffixDecoding-style: short matches are weak
-   evidence).
+**Cursors.** Each draft keeps a *cursor*: the draft position that corresponds
+to the next answer token (``draft index = answer index + offset``), valid
+while the answer keeps agreeing with the draft there, and ``run``, how many
+answer tokens in a row agreed up to it (its evidence).  A draft starts with
+its cursor at 0: while nothing differed it is *aligned* and its continuation
+is a **prefix** proposal.  At the first difference the cursor is lost; the
+place where it was lost (``home``) is remembered, because the answer usually
+resumes near there: after a renamed identifier a few tokens later, after an
+inserted line at the same place, after a line the draft has and the answer
+lacks a little further on.
 
-Per step the cost is O(new answer tokens x sources) plus the proposal
-length: alignment is checked incrementally, and the suffix cursor advances
-one automaton transition per new token.
+**Suffix candidates** (a draft without a strong cursor): the occurrences of
+the answer's last token in the draft from a little before ``home`` on (the
+nearest ones first, at most ``local_candidates``, within ``window`` tokens
+past where the answer would be if it had kept pace), each scored by how many
+answer tokens match backwards from it; and the longest suffix match anywhere
+in the source (the :class:`~ssr_sglang.core.suffix_index.SuffixIndex`
+automaton; at least ``min_match`` tokens), which finds moved text.  The best
+candidate becomes the draft's new cursor, so when the answer follows it the
+next step simply continues there (a *suffix* proposal with growing evidence).
+
+**Scores and the tree.** A candidate with evidence ``e`` (matched tokens)
+continues correctly at each next token with an assumed probability ``q(e) =
+1 - 1 / (e + 2)``; candidates near ``home`` (and cursor continuations) weigh
+``local_weight`` times a far match; references weigh less.  Every candidate's
+continuation is inserted into one trie, a node scoring the summed weight x
+``q^depth`` of the candidates through it, so a continuation that several
+occurrences or drafts share scores higher.  :meth:`~DraftProposer.propose_tree`
+keeps the best-scoring ``max_nodes`` nodes (a child never scores above its
+parent, so they form a tree) and returns them as branches, best first;
+:meth:`~DraftProposer.propose` follows the best child from the root.
+
+Per step the cost is O(new answer tokens x sources) for the cursors and the
+automaton, plus, only for drafts without a strong cursor, a bisect and at
+most ``local_candidates`` backward comparisons.
 """
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
@@ -33,44 +56,55 @@ __all__ = ["ProposerConfig", "Proposal", "Branch", "ProposerStats", "DraftPropos
 
 PREFIX = "prefix"
 SUFFIX = "suffix"
+ANSWER_ID = -2  # source id of the answer itself (``answer_source``) in proposals and ``per_draft``
 
 
 @dataclass
 class ProposerConfig:
     """Knobs of :class:`DraftProposer`.
 
-    ``max_tokens``: proposal length cap (chain); ``min_match``: shortest
-    suffix match used; ``spec_factor``/``spec_offset``: suffix span cap
-    ``floor(spec_factor * match_len + spec_offset)``; ``adaptive``: shrink
-    the suffix length limit to ``accepted + 1`` after a partial accept and
-    double it after a full accept (prefix proposals always use
-    ``max_tokens``: alignment already is strong evidence and a dealigned
-    draft stops proposing by itself); ``use_prefix``/``use_suffix``: for
-    ablations; ``max_index_tokens``/``max_context``: suffix index caps.
+    ``max_tokens``: proposal depth cap; ``min_match``: shortest match used
+    when a suffix match is searched anywhere in a source (matches near a
+    draft's last cursor need one token); ``strong_run``: a cursor with at
+    least this many agreeing tokens in a row proposes alone (no search for
+    other occurrences in its draft); ``local_candidates``/``window``/
+    ``back``: how many occurrences near a lost cursor are scored, from
+    ``back`` tokens before where it was lost to ``window`` tokens past where
+    the answer would be had it kept pace; ``local_weight``: weight of a
+    candidate near the cursor against a match elsewhere (1);
+    ``reference_weight``: weight of a reference source's candidates;
+    ``use_prefix``/``use_suffix``: for ablations (without prefix, drafts
+    start with no cursor and are found by suffix matching);
+    ``max_index_tokens``/``max_context``: suffix index caps.
     """
 
     max_tokens: int = 8
     min_match: int = 2
-    spec_factor: float = 1.0
-    spec_offset: float = 1.0
-    adaptive: bool = True
-    min_tokens: int = 1
+    strong_run: int = 4
+    local_candidates: int = 8
+    window: int = 256
+    back: int = 8
+    local_weight: float = 2.0
+    distance_scale: float = 20.0
+    reference_weight: float = 0.5
+    answer_source: bool = True
+    answer_weight: float = 0.5
     use_prefix: bool = True
     use_suffix: bool = True
     max_index_tokens: int = DEFAULT_MAX_TOKENS
     max_context: int = DEFAULT_MAX_CONTEXT
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "min_match", "min_tokens", "max_index_tokens", "max_context"):
+        for name in ("max_tokens", "min_match", "strong_run", "local_candidates", "window", "back",
+                     "max_index_tokens", "max_context"):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "max_index_tokens" else 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.min_tokens > self.max_tokens:
-            raise ValueError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
-        for name in ("spec_factor", "spec_offset"):
+            lowest = 0 if name in ("max_index_tokens", "local_candidates", "window", "back") else 1
+            if not isinstance(v, int) or isinstance(v, bool) or v < lowest:
+                raise ValueError(f"{name} must be an int >= {lowest}, got {v!r}")
+        for name in ("local_weight", "distance_scale", "reference_weight", "answer_weight"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-                raise ValueError(f"{name} must be a non-negative number, got {v!r}")
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
 
 
 @dataclass
@@ -79,7 +113,8 @@ class Proposal:
 
     ``kind`` is ``'prefix'``, ``'suffix'`` or ``None`` (empty proposal);
     ``draft_id`` the source it came from (-1 if none); ``match_len`` the
-    suffix match length (for prefix: the aligned answer length).
+    evidence: for a prefix proposal the aligned answer length, for a suffix
+    proposal how many of the answer's last tokens precede it in the source.
     """
 
     tokens: List[int]
@@ -108,13 +143,40 @@ class ProposerStats:
 
 
 class _Draft:
-    __slots__ = ("tokens", "aligned", "checked", "is_reference")
+    __slots__ = ("sid", "tokens", "aligned", "is_reference", "weight", "off", "checked", "run", "home",
+                 "lost_at", "taken")
 
-    def __init__(self, is_reference: bool) -> None:
+    def __init__(self, sid: int, is_reference: bool, weight: float) -> None:
+        self.sid = sid
         self.tokens: List[int] = []
-        self.aligned = not is_reference
-        self.checked = 0  # answer positions compared so far
         self.is_reference = is_reference
+        self.weight = weight
+        self.taken = 0  # tokens the suffix index took (under its cap): no search looks further
+        self.aligned = False
+        self.off: Optional[int] = None
+        self.checked = self.run = self.lost_at = 0
+        self.home = -1
+
+    def restart(self, use_prefix: bool) -> None:
+        """The answer starts (again) from nothing."""
+        draft = not self.is_reference
+        self.aligned = draft and use_prefix
+        self.off = 0 if self.aligned else None  # cursor: draft index = answer index + off
+        self.checked = 0  # answer positions compared with the cursor so far
+        self.run = 0  # answer tokens in a row that agreed with the draft up to the cursor
+        self.home = 0 if draft else -1  # draft index where the cursor was last lost (-1: none)
+        self.lost_at = 0  # answer length when it was lost
+
+
+def _index_positions(where: Dict[int, List[int]], tokens: List[int], lo: int, hi: int) -> None:
+    """Enter ``tokens[lo:hi]`` in the position lists ``where``."""
+    for i in range(lo, hi):
+        t = tokens[i]
+        lst = where.get(t)
+        if lst is None:
+            where[t] = [i]
+        else:
+            lst.append(i)
 
 
 def _as_ints(tokens: Sequence[int]) -> List[int]:
@@ -122,6 +184,17 @@ def _as_ints(tokens: Sequence[int]) -> List[int]:
     if tolist is not None:
         return list(tolist())
     return [int(t) for t in tokens]
+
+
+# Evidence e (matched tokens) -> probability that the next token continues correctly.
+_Q = [1.0 - 1.0 / (e + 2) for e in range(257)]
+# Evidence e -> weight of a candidate among others (e squared: a longer match is much likelier the
+# place the answer is copying from).
+_W = [float(min(e, 64)) ** 2 for e in range(300)]
+
+
+def _q(e: int) -> float:
+    return _Q[e] if e < 256 else _Q[256]
 
 
 class DraftProposer:
@@ -132,10 +205,13 @@ class DraftProposer:
         cfg = self.config
         self._index = SuffixIndex(cfg.max_index_tokens, cfg.max_context)
         self._cursor = self._index.cursor()
+        self._unfed: List[int] = []  # answer tokens not yet fed to the suffix automata
+        self._self_where: Dict[int, List[int]] = {}  # the answer so far as a source: token -> positions
+        self._self_indexed = 0
         self._drafts: Dict[int, _Draft] = {}
-        self._draft_order: List[int] = []  # prefix candidates, oldest first
+        self._newest_first: List[_Draft] = []  # every source, newest first
+        self._draft_order: List[int] = []  # drafts (not references), oldest first
         self._answer: List[int] = []
-        self._suffix_limit = cfg.max_tokens
         self._last: List[Proposal] = []
         self.stats = ProposerStats()
 
@@ -147,14 +223,18 @@ class DraftProposer:
     def add_reference(self, tokens: Sequence[int], priority: int = -1) -> int:
         """Register a suffix-only source (prompt, reasoning, ...).
 
-        With the default negative priority it loses ties against drafts.
+        With the default negative priority it loses ties against drafts, and
+        its candidates weigh ``reference_weight``.
         """
         return self._add(tokens, priority=priority, is_reference=True)
 
     def _add(self, tokens, priority: int, is_reference: bool) -> int:
         sid = len(self._drafts)
         self._index.add_source(sid, priority)
-        self._drafts[sid] = _Draft(is_reference)
+        d = _Draft(sid, is_reference, self.config.reference_weight if priority < 0 else 1.0)
+        d.restart(self.config.use_prefix)
+        self._drafts[sid] = d
+        self._newest_first.insert(0, d)
         if not is_reference:
             self._draft_order.append(sid)
         self.extend_draft(sid, tokens)
@@ -167,17 +247,31 @@ class DraftProposer:
         if not tokens:
             return
         d.tokens.extend(tokens)
-        self._index.extend(draft_id, tokens)
-        if d.aligned:
-            self._check_alignment(d)
+        d.taken += self._index.extend(draft_id, tokens)
+        if d.off is not None:
+            self._check(d)
 
-    def _check_alignment(self, d: _Draft) -> None:
-        upto = min(len(d.tokens), len(self._answer))
+    def _check(self, d: _Draft) -> None:
+        """Compare the answer with the draft at the cursor, as far as both go."""
+        ans = self._answer
+        off = d.off
+        upto = min(len(ans), len(d.tokens) - off)
         lo = d.checked
-        if upto > lo:
-            if d.tokens[lo:upto] != self._answer[lo:upto]:
-                d.aligned = False
+        if upto <= lo:
+            return
+        toks = d.tokens
+        if toks[lo + off:upto + off] == ans[lo:upto]:
             d.checked = upto
+            d.run += upto - lo
+            return
+        j = lo
+        while toks[j + off] == ans[j]:
+            j += 1
+        if d.run + j - lo >= self.config.strong_run or d.home < 0:
+            d.home, d.lost_at = j + off, j  # remember where the draft stopped agreeing
+        d.off = None
+        d.aligned = False
+        d.run = 0
 
     @property
     def num_drafts(self) -> int:
@@ -189,6 +283,26 @@ class DraftProposer:
     def aligned_drafts(self) -> List[int]:
         """Ids of drafts still aligned with the answer, newest first."""
         return [sid for sid in reversed(self._draft_order) if self._drafts[sid].aligned]
+
+    def cursor_drafts(self) -> List[int]:
+        """Ids of drafts whose cursor currently agrees with the answer (aligned or resumed), newest
+        first."""
+        return [sid for sid in reversed(self._draft_order) if self._drafts[sid].off is not None]
+
+    def contributes(self, draft_id: int) -> bool:
+        """Whether the draft's next tokens can still feed proposals: its cursor agrees with the answer
+        (then more tokens extend what it proposes), or it has no cursor but the answer's last token
+        occurs in it from its last cursor on (it may be picked up again)."""
+        d = self._drafts[draft_id]
+        if d.off is not None:
+            return True
+        if not self._answer or d.home < 0:
+            return False
+        try:
+            d.tokens.index(self._answer[-1], max(0, d.home - self.config.back), d.taken)
+        except ValueError:
+            return False
+        return True
 
     # -- answer tracking ----------------------------------------------
     def _sync_answer(self, answer: Sequence[int]) -> None:
@@ -202,110 +316,234 @@ class DraftProposer:
             return
         new = _as_ints(answer[m:])
         mine.extend(new)
-        for d in self._drafts.values():
-            if d.aligned:
-                self._check_alignment(d)
-        self._cursor.feed(new)
+        for d in self._newest_first:
+            if d.off is not None:
+                self._check(d)
+        self._unfed.extend(new)  # the automata advance only when a search needs them
 
     def _reset_answer(self, answer: Sequence[int]) -> None:
         """The answer was not an extension of the last one: start over."""
         self._answer = []
         self._cursor.reset()
+        self._unfed = []
+        self._self_where = {}
+        self._self_indexed = 0
         for d in self._drafts.values():
-            d.aligned = not d.is_reference
-            d.checked = 0
+            d.restart(self.config.use_prefix)
         self._sync_answer(answer)
 
-    # -- proposals -----------------------------------------------------
-    def _prefix_branch(self, d_id: int, n: int, k: int) -> Optional[Proposal]:
-        toks = self._drafts[d_id].tokens
-        if len(toks) <= n:
-            return None
-        return Proposal(toks[n : n + k], PREFIX, d_id, n)
-
-    def _suffix_cap(self, match_len: int) -> int:
+    # -- candidates ----------------------------------------------------
+    def _candidates(self, k: int) -> list:
+        """Candidate continuations, each ``[weight, q, tokens, kind, source id, evidence]``, in the
+        order they break ties (cursor continuations first, newest draft first)."""
         cfg = self.config
-        return int(cfg.spec_factor * match_len + cfg.spec_offset)
+        ans = self._answer
+        n = len(ans)
+        out = []
+        searching = []
+        for d in self._newest_first:
+            off = d.off
+            if off is not None:
+                start = n + off
+                toks = d.tokens
+                if start < len(toks):
+                    run = d.run if not d.aligned else n + cfg.strong_run
+                    w = d.weight * cfg.local_weight * _W[run if run < 64 else 64]
+                    if d.aligned:
+                        if cfg.use_prefix:
+                            out.append([w, _q(run), toks[start:start + k], PREFIX,
+                                        d.sid, n])
+                    elif cfg.use_suffix:
+                        out.append([w, _q(run), toks[start:start + k], SUFFIX,
+                                    d.sid, run])
+                    if run >= cfg.strong_run:
+                        continue
+                elif d.aligned or d.run >= cfg.strong_run:
+                    continue  # waiting for the draft to write what comes next
+            if cfg.use_suffix and n:
+                searching.append(d)
+        if searching:
+            self._search(searching, k, out)
+        if cfg.answer_source and cfg.use_suffix and n > 1 and (searching or not out):
+            self._search_answer(k, out)
+        return out
 
+    def _search(self, drafts: List[_Draft], k: int, out: list) -> None:
+        """Suffix candidates of drafts without a strong cursor; the best becomes each one's cursor."""
+        cfg = self.config
+        ans = self._answer
+        n = len(ans)
+        cap = cfg.max_context
+        if self._unfed:
+            self._cursor.feed(self._unfed)
+            self._unfed = []
+        far = {}
+        for m in self._cursor.matches(k, cfg.min_match):
+            far[m.source_id] = m
+        last = ans[-1]
+        lw = cfg.local_weight
+        for d in drafts:
+            toks = d.tokens
+            size = len(toks)
+            best = None
+            at = n + d.off if d.off is not None else -1  # a weak cursor's position: already a candidate
+            seen = []
+            if d.home >= 0 and cfg.local_candidates:
+                # occurrences of the answer's last token from a little before home on, nearest first
+                home = d.home
+                expect = home + (n - d.lost_at)
+                stop = min(d.taken, expect + cfg.window + 1, size - 1)  # a continuation must follow
+                p = home - cfg.back - 1 if home > cfg.back else -1
+                w = d.weight * lw
+                for _ in range(cfg.local_candidates):
+                    try:
+                        p = toks.index(last, p + 1, stop)
+                    except ValueError:
+                        break
+                    if p + 1 == at:
+                        continue
+                    e = 1
+                    while e < cap and e < n and p >= e and toks[p - e] == ans[n - 1 - e]:
+                        e += 1
+                    seen.append(p + 1)
+                    dist = p - expect if p > expect else (home - p if p < home else 0)
+                    c = [w * _W[e] / (1.0 + dist / cfg.distance_scale), _q(e), toks[p + 1:p + 1 + k], SUFFIX,
+                         d.sid, e]
+                    out.append(c)
+                    if best is None or c[0] > best[0]:
+                        best = c
+                        best_pos = p + 1
+            m = far.get(d.sid)
+            if m is not None and m.span and m.position != at and m.position not in seen:
+                c = [d.weight * _W[m.length], _q(m.length), m.span, SUFFIX, d.sid, m.length]
+                out.append(c)
+                if best is None or c[0] > best[0]:
+                    best = c
+                    best_pos = m.position
+            if best is not None and (d.off is None or best[5] > d.run):
+                # the best candidate becomes the cursor: if the answer follows it, the next step continues it
+                d.off, d.checked, d.run = best_pos - n, n, best[5]
+
+    def _search_answer(self, k: int, out: list) -> None:
+        """Candidates from the answer itself: the latest earlier occurrences of its last token (at most
+        ``local_candidates``), scored by how many tokens match backwards from them."""
+        cfg = self.config
+        ans = self._answer
+        n = len(ans)
+        if self._self_indexed < n - 1:
+            _index_positions(self._self_where, ans, self._self_indexed, n - 1)  # the last token: not a source yet
+            self._self_indexed = n - 1
+        lst = self._self_where.get(ans[-1])
+        if not lst:
+            return
+        cap = cfg.max_context
+        w = cfg.answer_weight
+        for i in range(len(lst) - 1, max(-1, len(lst) - 1 - max(1, cfg.local_candidates)), -1):
+            p = lst[i]
+            e = 1
+            while e < cap and p >= e and ans[p - e] == ans[n - 1 - e]:
+                e += 1
+            if e >= cfg.min_match:
+                out.append([w * _W[e], _q(e), ans[p + 1:p + 1 + k], SUFFIX, ANSWER_ID, e])
+
+    # -- proposals -----------------------------------------------------
     def propose(self, answer: Sequence[int], max_tokens: Optional[int] = None) -> Proposal:
-        """A chain proposal continuing ``answer`` (at most ``max_tokens``)."""
+        """A chain proposal continuing ``answer`` (at most ``max_tokens``): the best child at every
+        depth of the scored trie (see module docstring)."""
         cfg = self.config
         self._sync_answer(answer)
         k = cfg.max_tokens if max_tokens is None else min(max_tokens, cfg.max_tokens)
         prop = None
         if k > 0:
-            n = len(self._answer)
-            if cfg.use_prefix:
-                for sid in reversed(self._draft_order):
-                    d = self._drafts[sid]
-                    if d.aligned and len(d.tokens) > n:
-                        prop = Proposal(d.tokens[n : n + k], PREFIX, sid, n)
-                        break
-            if prop is None and cfg.use_suffix:
-                ks = min(k, self._suffix_limit) if cfg.adaptive else k
-                m = self._cursor.best(ks, cfg.min_match)
-                if m is not None:
-                    span = m.span
-                    cap = self._suffix_cap(m.length)
-                    if len(span) > cap:
-                        span = span[:cap]
-                    if span:
-                        prop = Proposal(span, SUFFIX, m.source_id, m.length)
+            cands = self._candidates(k)
+            if len(cands) == 1:
+                c = cands[0]
+                prop = Proposal(c[2], c[3], c[4], c[5])
+            elif cands:
+                trie = self._trie(cands)
+                toks = []
+                node = trie
+                best = None
+                while node:
+                    t, e = max(node.items(), key=lambda kv: kv[1][0])
+                    toks.append(t)
+                    best = e[2]
+                    node = e[1]
+                c = cands[best]
+                prop = Proposal(toks, c[3], c[4], c[5])
         if prop is None:
             prop = Proposal([])
         self._last = [prop]
         return prop
 
-    def propose_tree(self, answer: Sequence[int], max_nodes: int) -> List[Branch]:
-        """Candidate branches whose merged trie has at most ``max_nodes`` nodes.
+    @staticmethod
+    def _trie(cands: list) -> dict:
+        """token -> [score, children, index of the best candidate through it]."""
+        root: dict = {}
+        for ci, c in enumerate(cands):
+            node = root
+            s = c[0]
+            q = c[1]
+            for t in c[2]:
+                s *= q
+                e = node.get(t)
+                if e is None:
+                    node[t] = e = [s, {}, ci, s]
+                else:
+                    e[0] += s
+                    if s > e[3]:
+                        e[2], e[3] = ci, s
+                node = e[1]
+        return root
 
-        Order = priority: prefix continuations of aligned drafts (newest
-        first), then the best suffix match of each source (best first).
-        Branches that are a prefix of an earlier branch are dropped; the
-        last branch that does not fit in the node budget is truncated.
-        """
+    def propose_tree(self, answer: Sequence[int], max_nodes: int) -> List[Branch]:
+        """Branches whose merged trie is the ``max_nodes`` best-scoring nodes (at most ``max_tokens``
+        deep), best branch first; each branch is a whole root-to-leaf path."""
         cfg = self.config
         self._sync_answer(answer)
         k = min(max_nodes, cfg.max_tokens) if max_nodes > 0 else 0
-        cands: List[Proposal] = []
-        if k > 0:
-            n = len(self._answer)
-            if cfg.use_prefix:
-                for sid in reversed(self._draft_order):
-                    d = self._drafts[sid]
-                    if d.aligned and len(d.tokens) > n:
-                        cands.append(Proposal(d.tokens[n : n + k], PREFIX, sid, n))
-            if cfg.use_suffix:
-                ks = min(k, self._suffix_limit) if cfg.adaptive else k
-                for m in self._cursor.matches(ks, cfg.min_match):
-                    span = m.span[: self._suffix_cap(m.length)]
-                    if span:
-                        cands.append(Proposal(span, SUFFIX, m.source_id, m.length))
         out: List[Branch] = []
-        trie: dict = {}
-        budget = max_nodes
-        for c in cands:
-            if budget <= 0:
-                break
-            node = trie
-            used = 0
-            fresh = 0
-            for t in c.tokens:
-                child = node.get(t)
-                if child is None:
-                    if budget - fresh <= 0:
-                        break
-                    child = node[t] = {}
-                    fresh += 1
-                node = child
-                used += 1
-            if fresh == 0:
-                continue  # fully contained in earlier branches
-            budget -= fresh
-            if used < len(c.tokens):
-                c.tokens = c.tokens[:used]
-            out.append(c)
+        if k > 0:
+            cands = self._candidates(k)
+            if len(cands) == 1:
+                c = cands[0]
+                out.append(Proposal(c[2][:k], c[3], c[4], c[5]))
+            elif cands:
+                out = self._select(cands, max_nodes)
         self._last = out
+        return out
+
+    def _select(self, cands: list, budget: int) -> List[Branch]:
+        trie = self._trie(cands)
+        heap = [(-e[0], i, t, e, ()) for i, (t, e) in enumerate(trie.items())]
+        heapq.heapify(heap)
+        tie = len(heap)
+        leaves = []  # (path, entry) of kept nodes with no kept child
+        order = []
+        while heap and budget > 0:
+            _, _, t, e, path = heapq.heappop(heap)
+            path = path + (t,)
+            budget -= 1
+            order.append((path, e))
+            for t2, e2 in e[1].items():
+                tie += 1
+                heapq.heappush(heap, (-e2[0], tie, t2, e2, path))
+        kept = {path for path, _ in order}
+        # leaves depth first, children best first (ties: candidate order), so the best branch leads
+        stack = [((t,), e) for t, e in sorted(trie.items(), key=lambda te: -te[1][0]) if (t,) in kept]
+        stack.reverse()
+        while stack:
+            path, e = stack.pop()
+            kids = [(path + (t,), e2) for t, e2 in e[1].items() if path + (t,) in kept]
+            if not kids:
+                leaves.append((path, e))
+            else:
+                kids.sort(key=lambda pe: -pe[1][0])
+                stack.extend(reversed(kids))
+        out = []
+        for path, e in leaves:
+            c = cands[e[2]]
+            out.append(Proposal(list(path), c[3], c[4], c[5]))
         return out
 
     # -- feedback ------------------------------------------------------
@@ -334,12 +572,7 @@ class DraftProposer:
         elif p.kind == SUFFIX:
             st.steps_suffix += 1
             st.accepted_suffix += accepted
-            if self.config.adaptive:
-                if accepted >= len(p.tokens):
-                    self._suffix_limit = min(self.config.max_tokens, max(self._suffix_limit, accepted) * 2)
-                else:
-                    self._suffix_limit = max(self.config.min_tokens, accepted + 1)
         else:
             st.steps_empty += 1
-        if accepted and p.draft_id >= 0:
+        if accepted and p.draft_id != -1:
             st.per_draft[p.draft_id] = st.per_draft.get(p.draft_id, 0) + accepted

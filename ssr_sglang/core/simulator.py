@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .proposer import DraftProposer, ProposerConfig
+from .proposer import ANSWER_ID, DraftProposer, ProposerConfig
 from .tree import build_chain, layout_tree
 from .verify import verify_greedy
 
@@ -147,6 +147,7 @@ def simulate(
         else:
             prop.record(len(path) - 1, int(t.labels[last]) if tree and last else 0)
     st = prop.stats
-    # Keys: index into ``drafts``; references count under -1 - ref_index.
-    per_draft = {draft_ids.get(sid, -1 - sid): n for sid, n in st.per_draft.items()}
+    # Keys: index into ``drafts``; references count under -1 - ref_index, the answer itself under "answer".
+    per_draft = {("answer" if sid == ANSWER_ID else draft_ids.get(sid, -1 - sid)): n
+                 for sid, n in st.per_draft.items()}
     return SimReport(out, steps, len(answer), st.accepted_prefix, st.accepted_suffix, per_draft, max_step, padding)

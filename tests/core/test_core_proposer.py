@@ -4,7 +4,7 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ssr_sglang.core.proposer import DraftProposer, ProposerConfig
+from ssr_sglang.core.proposer import ANSWER_ID, DraftProposer, ProposerConfig
 from ssr_sglang.core.tree import trie_size
 
 
@@ -20,7 +20,8 @@ def test_prefix_then_suffix_and_stats():
     # mismatch at position 6: the draft is no longer aligned -> suffix
     prop = p.propose([10, 11, 12, 13, 14, 15, 99, 13], 3)
     assert p.aligned_drafts() == []
-    assert (prop.kind, prop.tokens) == ("suffix", [14, 15])  # cap: 1*1+1
+    # the answer's last token 13 occurs at draft index 3 (near where the draft stopped agreeing)
+    assert (prop.kind, prop.tokens) == ("suffix", [14, 15, 16])
     p.record(2)
     s = p.stats
     assert (s.steps, s.accepted_prefix, s.accepted_suffix, s.per_draft) == (3, 5, 2, {d: 7})
@@ -55,25 +56,51 @@ def test_growing_draft_and_answer_reset():
     assert p.propose([1, 2, 3, 4, 5, 6], 5).tokens == []
 
 
-def test_adaptive_suffix_length():
-    cfg = ProposerConfig(max_tokens=8, min_match=1, spec_factor=10.0, adaptive=True)
-    p = DraftProposer(cfg)
-    p.add_reference(list(range(100)))
-    prop = p.propose([50], 8)
-    assert prop.kind == "suffix" and len(prop.tokens) == 8
-    p.record(1)  # partial accept -> limit 2
-    assert len(p.propose([50, 51, 52], 8).tokens) == 2
-    p.record(2)  # full accept -> limit 4
-    assert len(p.propose([50, 51, 52, 53, 54, 55], 8).tokens) == 4
-    off = DraftProposer(ProposerConfig(max_tokens=8, min_match=1, spec_factor=10.0, adaptive=False))
-    off.add_reference(list(range(100)))
-    off.propose([50], 8)
-    off.record(0)  # no shrink when adaptive=False
-    assert off.propose([50, 7], 8).tokens == list(range(8, 16))
+def test_cursor_resumes_near_where_the_draft_stopped_agreeing():
+    # "7 1 2 3" occurs twice in the draft; the earliest occurrence is far before the edit
+    draft = [7, 1, 2, 3, 40, 41, 42] + [50 + i for i in range(20)] + [7, 1, 2, 3, 60, 61, 62, 63]
+    answer = draft[:27] + [99]  # the answer replaces the draft's second 7 ...
+    p = DraftProposer(ProposerConfig(max_tokens=4, answer_source=False))
+    d = p.add_draft(draft)
+    assert p.propose(answer, 4).tokens == []  # 99 occurs nowhere
+    answer += [1, 2, 3]  # ... and goes on as the draft does
+    prop = p.propose(answer, 4)
+    assert (prop.kind, prop.draft_id, prop.tokens) == ("suffix", d, [60, 61, 62, 63])
+    p.record(4)
+    # the cursor moved with the answer: the next step continues there
+    prop = p.propose(answer + [60, 61, 62, 63], 4)
+    assert prop.tokens == [] and p.cursor_drafts() == [d]  # the draft is exhausted
+    p.extend_draft(d, [64, 65])
+    assert p.propose(answer + [60, 61, 62, 63], 4).tokens == [64, 65]
+
+
+def test_longer_match_wins_and_shared_continuations_add_up():
+    p = DraftProposer(ProposerConfig(max_tokens=3, use_prefix=False, answer_source=False))
+    a = p.add_draft([5, 6, 1, 2, 9, 9, 9])
+    b = p.add_draft([1, 2, 8, 8, 8])
+    c = p.add_draft([3, 1, 2, 8, 8, 7])
+    # a and b match [.., 1, 2] by 2 tokens, c by 3; b and c agree on 8 8: that comes first
+    br = p.propose_tree([0, 3, 1, 2], 6)
+    assert br[0].tokens[:2] == [8, 8]
+    assert br[-1].tokens[:1] == [9] and trie_size([x.tokens for x in br]) <= 6
+    assert {x.draft_id for x in br} <= {a, b, c}
+
+
+def test_answer_is_a_source():
+    p = DraftProposer(ProposerConfig(max_tokens=4))
+    p.add_draft([100, 101])
+    answer = [1, 2, 3, 4, 5, 6, 7, 1, 2]
+    prop = p.propose(answer, 4)
+    assert (prop.kind, prop.draft_id, prop.tokens, prop.match_len) == ("suffix", -2, [3, 4, 5, 6], 2)
+    p.record(4)
+    assert p.stats.per_draft == {-2: 4}
+    off = DraftProposer(ProposerConfig(max_tokens=4, answer_source=False))
+    off.add_draft([100, 101])
+    assert off.propose(answer, 4).tokens == []
 
 
 def test_propose_tree_branches():
-    p = DraftProposer(ProposerConfig(max_tokens=4, min_match=1, spec_factor=4.0))
+    p = DraftProposer(ProposerConfig(max_tokens=4, min_match=1))
     p.add_draft([1, 2, 3, 4, 5])
     p.add_draft([1, 2, 3, 9, 9])
     p.add_draft([1, 2, 6, 7])  # dealigned after [1,2,3]
@@ -81,13 +108,13 @@ def test_propose_tree_branches():
     assert [(b.kind, b.tokens) for b in br][:2] == [("prefix", [9, 9]), ("prefix", [4, 5])]
     assert trie_size([b.tokens for b in br]) <= 6
     br = p.propose_tree([1, 2, 3], 3)
-    assert [b.tokens for b in br] == [[9, 9], [4]]
+    assert trie_size([b.tokens for b in br]) == 3 and br[0].tokens[0] == 9
     assert p.propose_tree([1, 2, 3], 0) == []
 
 
 def test_config_validation():
-    for bad in (dict(max_tokens=0), dict(min_match=0), dict(spec_factor=-1), dict(max_tokens=True),
-                dict(min_tokens=9, max_tokens=8), dict(max_context=0)):
+    for bad in (dict(max_tokens=0), dict(min_match=0), dict(local_weight=0), dict(max_tokens=True),
+                dict(strong_run=0), dict(window=-1), dict(answer_weight=-1.0), dict(max_context=0)):
         with pytest.raises(ValueError):
             ProposerConfig(**bad)
 
@@ -100,7 +127,7 @@ class ProposerMachine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.cfg = ProposerConfig(max_tokens=6, min_match=1, spec_factor=2.0, max_index_tokens=60, max_context=8)
+        self.cfg = ProposerConfig(max_tokens=6, min_match=1, max_index_tokens=60, max_context=8, window=6, back=3)
         self.p = DraftProposer(self.cfg)
         self.drafts = {}
         self.answer = []
@@ -127,7 +154,10 @@ class ProposerMachine(RuleBasedStateMachine):
         self.answer = self.answer[:keep]
 
     def source_tokens(self):
-        return {t for d in self.drafts.values() for t in d}
+        return {t for d in self.drafts.values() for t in d} | set(self.answer)
+
+    def source(self, sid):
+        return self.answer if sid == ANSWER_ID else self.drafts[sid]
 
     @rule(n=st.integers(0, 10))
     def propose(self, n):
@@ -139,9 +169,10 @@ class ProposerMachine(RuleBasedStateMachine):
             k = len(self.answer)
             assert d[:k] == self.answer and d[k:k + len(prop.tokens)] == prop.tokens
         elif prop.kind == "suffix":
-            d = self.drafts[prop.draft_id]
+            d = self.source(prop.draft_id)
             m = prop.match_len
-            assert m >= 1 and self.answer[-m:] == self.answer[len(self.answer) - m:]
+            assert 1 <= m <= len(self.answer)
+            # the proposal follows an occurrence of the answer's last m tokens in its source
             assert any(d[i - m:i] == self.answer[-m:] and d[i:i + len(prop.tokens)] == prop.tokens
                        for i in range(m, len(d)))
         else:
@@ -153,6 +184,15 @@ class ProposerMachine(RuleBasedStateMachine):
         branches = self.p.propose_tree(self.answer, n)
         assert trie_size([b.tokens for b in branches]) <= n
         assert all(b.tokens and len(b.tokens) <= self.cfg.max_tokens for b in branches)
+        assert len({tuple(b.tokens) for b in branches}) == len(branches)
+        for b in branches:  # every branch continues an occurrence of the answer's end in its source
+            d = self.source(b.draft_id)
+            m = b.match_len
+            if b.kind == "prefix":
+                assert d[:len(self.answer) + len(b.tokens)] == self.answer + b.tokens
+            else:
+                assert any(d[i - m:i] == self.answer[-m:] and d[i:i + len(b.tokens)] == b.tokens
+                           for i in range(m, len(d)))
         assert {t for b in branches for t in b.tokens} <= self.source_tokens()
         self.last = [b.tokens for b in branches]
 
