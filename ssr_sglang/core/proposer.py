@@ -144,7 +144,7 @@ class ProposerStats:
 
 class _Draft:
     __slots__ = ("sid", "tokens", "aligned", "is_reference", "weight", "off", "checked", "run", "home",
-                 "lost_at", "taken")
+                 "lost_at", "taken", "used_at")
 
     def __init__(self, sid: int, is_reference: bool, weight: float) -> None:
         self.sid = sid
@@ -152,6 +152,7 @@ class _Draft:
         self.is_reference = is_reference
         self.weight = weight
         self.taken = 0  # tokens the suffix index took (under its cap): no search looks further
+        self.used_at = 0  # answer length when a proposal of this draft was last accepted (or it was added)
         self.aligned = False
         self.off: Optional[int] = None
         self.checked = self.run = self.lost_at = 0
@@ -166,6 +167,7 @@ class _Draft:
         self.run = 0  # answer tokens in a row that agreed with the draft up to the cursor
         self.home = 0 if draft else -1  # draft index where the cursor was last lost (-1: none)
         self.lost_at = 0  # answer length when it was lost
+        self.used_at = 0
 
 
 def _index_positions(where: Dict[int, List[int]], tokens: List[int], lo: int, hi: int) -> None:
@@ -232,6 +234,7 @@ class DraftProposer:
         sid = len(self._drafts)
         self._index.add_source(sid, priority)
         d = _Draft(sid, is_reference, self.config.reference_weight if priority < 0 else 1.0)
+        d.used_at = len(self._answer)
         d.restart(self.config.use_prefix)
         self._drafts[sid] = d
         self._newest_first.insert(0, d)
@@ -289,22 +292,22 @@ class DraftProposer:
         first."""
         return [sid for sid in reversed(self._draft_order) if self._drafts[sid].off is not None]
 
-    def contributes(self, draft_id: int) -> bool:
-        """Whether the draft's next tokens can still feed proposals: its cursor agrees with the answer
-        (then more tokens extend what it proposes), or it has no cursor but the answer's last token
-        occurs in it from its last cursor on (it may be picked up again)."""
+    def contributes(self, draft_id: int, horizon: int = 64) -> bool:
+        """Whether a draft still running is worth its decoding: its cursor agrees with the answer and it
+        has written past it (aligned or resumed: what it writes next is proposed next), or, having lost
+        its cursor, something it proposed was accepted within the last ``horizon`` answer tokens (a
+        diverged draft that still feeds suffix matches)."""
         d = self._drafts[draft_id]
+        n = len(self._answer)
         if d.off is not None:
-            return True
-        if not self._answer or d.home < 0:
-            return False
-        try:
-            d.tokens.index(self._answer[-1], max(0, d.home - self.config.back), d.taken)
-        except ValueError:
-            return False
-        return True
+            return n + d.off < len(d.tokens)
+        return n - d.used_at <= horizon
 
     # -- answer tracking ----------------------------------------------
+    def sync_answer(self, answer: Sequence[int]) -> None:
+        """Take the answer as it stands (as a proposal call would), e.g. before :meth:`contributes`."""
+        self._sync_answer(answer)
+
     def _sync_answer(self, answer: Sequence[int]) -> None:
         mine = self._answer
         m = len(mine)
@@ -576,3 +579,6 @@ class DraftProposer:
             st.steps_empty += 1
         if accepted and p.draft_id != -1:
             st.per_draft[p.draft_id] = st.per_draft.get(p.draft_id, 0) + accepted
+            d = self._drafts.get(p.draft_id)
+            if d is not None:
+                d.used_at = len(self._answer) + accepted

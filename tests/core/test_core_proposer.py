@@ -74,6 +74,21 @@ def test_cursor_resumes_near_where_the_draft_stopped_agreeing():
     assert p.propose(answer + [60, 61, 62, 63], 4).tokens == [64, 65]
 
 
+def test_contributes_aligned_ahead_or_recently_used():
+    p = DraftProposer(ProposerConfig(max_tokens=4, answer_source=False))
+    d = p.add_draft([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    p.propose([1, 2], 4)
+    assert p.contributes(d)  # aligned and ahead
+    p.record(4)
+    p.propose([1, 2, 3, 4, 5, 6, 77, 78], 4)  # diverged; nothing near matches 78
+    assert not p.cursor_drafts() and p.contributes(d, horizon=64)  # its proposal was accepted 2 tokens ago
+    assert not p.contributes(d, horizon=1)
+    p.record(0)
+    assert not p.contributes(d, horizon=1)
+    e = p.add_draft([1, 2])  # aligned but behind the answer: nothing more to propose until it writes more
+    assert not p.contributes(e)
+
+
 def test_longer_match_wins_and_shared_continuations_add_up():
     p = DraftProposer(ProposerConfig(max_tokens=3, use_prefix=False, answer_source=False))
     a = p.add_draft([5, 6, 1, 2, 9, 9, 9])
