@@ -175,17 +175,22 @@ def _cancel(scheduler, st, branch) -> None:
     scheduler.abort_request(AbortReq(rid=branch.rid))
 
 
+# A draft that lost alignment keeps decoding while what it proposes is still accepted: at most this many
+# answer tokens since the last one it supplied (its length cap bounds it in any case).
+DIVERGED_HORIZON = 64
+
+
 def _prune_for_answer(scheduler, worker, st, req) -> None:
-    """In the answer phase a draft is only worth running while it is aligned and ahead of the answer."""
+    """In the answer phase a draft runs only while it can still feed proposals: aligned (or resumed at a
+    later place) and ahead of the answer, or diverged but still supplying accepted suffix matches
+    (:meth:`~ssr_sglang.core.proposer.DraftProposer.contributes`)."""
     live = st.live_drafts()
     if not live:
         return
     st.pull_drafts()
-    answer_len = len(req.output_ids) - st.answer_start
-    aligned = set(st.proposer.aligned_drafts())
+    st.proposer.sync_answer(req.output_ids[st.answer_start:])
     for b in live:
-        ahead = len(st.proposer.draft_tokens(b.draft_id)) > answer_len
-        if b.draft_id not in aligned or not ahead:
+        if not st.proposer.contributes(b.draft_id, DIVERGED_HORIZON):
             _cancel(scheduler, st, b)
 
 

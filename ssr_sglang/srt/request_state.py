@@ -10,7 +10,7 @@ import dataclasses
 import time
 from typing import List, Optional, Sequence
 
-from ssr_sglang.core.proposer import DraftProposer, ProposerConfig
+from ssr_sglang.core.proposer import ANSWER_ID, DraftProposer, ProposerConfig
 from ssr_sglang.core.simulator import simulate
 from ssr_sglang.core.think_markers import ThinkEndMatcher
 from ssr_sglang.srt.config import RequestConfig
@@ -65,8 +65,11 @@ class SSRCounters:
     answer_verify_steps: int = 0
     draft_answer_steps: int = 0  # answer verify steps with a draft proposal, and the answer tokens
     draft_answer_tokens: int = 0  # they committed (the rest were n-gram or plain steps)
-    accepted_prefix: int = 0
-    accepted_suffix: int = 0
+    accepted_prefix: int = 0  # answer tokens accepted from aligned drafts' continuations
+    accepted_suffix: int = 0  # ... from suffix matches, of which:
+    accepted_suffix_live: int = 0  # in a draft still decoding
+    accepted_suffix_done: int = 0  # in a draft that ended (finished, cancelled) or was supplied by the client
+    accepted_suffix_answer: int = 0  # in the answer itself (an earlier part of it)
     # Server-side stage times (scheduler wall time, seconds). A step's time runs from the start of
     # the worker's forward (proposal building included) to the verified tokens being ready.
     reasoning_steps: int = 0
@@ -301,9 +304,18 @@ class RequestSSR:
             new = list(output_ids[len(output_ids) - got:len(output_ids) - 1])
             branch = next((i for i, b in enumerate(p._last) if b.tokens[:accepted] == new), 0)
         before = (p.stats.accepted_prefix, p.stats.accepted_suffix)
+        source = p._last[branch].draft_id if 0 <= branch < len(p._last) else -1
         p.record(accepted, branch)
         c.accepted_prefix += p.stats.accepted_prefix - before[0]
-        c.accepted_suffix += p.stats.accepted_suffix - before[1]
+        suffix = p.stats.accepted_suffix - before[1]
+        c.accepted_suffix += suffix
+        if suffix:  # where the suffix tokens came from
+            if source == ANSWER_ID:
+                c.accepted_suffix_answer += suffix
+            elif any(b.draft_id == source and not b.finished for b in self.drafts):
+                c.accepted_suffix_live += suffix
+            else:  # a draft that ended (finished or cancelled) or one the client supplied
+                c.accepted_suffix_done += suffix
 
     def propose(self, output_ids: Sequence[int]):
         """Branches for this step (possibly empty); the outcome is counted by :meth:`settle`."""
