@@ -52,6 +52,9 @@ CALLABLES = (
     # the verify step of every SSR decode step (sampled requests on CPU: ssr_sglang.cpu.eagle_sampling)
     "sglang.srt.speculative.eagle_utils.eagle_sample",
     "sglang.srt.speculative.eagle_utils._verify_uses_greedy",
+    # replaced in the CPU engine's exact mode (ssr_sglang.cpu.exact, SSR_CPU_EXACT_VERIFY=1)
+    "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply",
+    "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head",
 )
 # Keyword arguments drafts._fork passes to TokenizedGenerateReqInput.
 FORK_FIELDS = ("rid", "input_text", "input_ids", "input_embeds", "mm_inputs", "token_type_ids", "sampling_params",

@@ -19,11 +19,13 @@ def register() -> None:
         from ssr_sglang.cpu import eagle_sampling
 
         eagle_sampling.install()  # sampled requests: CPU verify samples, as on GPU (NGRAM and EAGLE too)
+        from ssr_sglang.cpu import exact
+
+        exact.install()  # SSR_CPU_EXACT_VERIFY=1: verify rows computed as decode rows
     _register_algorithm()
     from ssr_sglang.srt import hooks, sglang_fixes
 
     hooks.install()
-    from ssr_sglang.srt import _exp_rowwise; _exp_rowwise.install(); _exp_rowwise.install_lm()  # EXPERIMENT
     sglang_fixes.install()  # SGLang bugs, fixed on every speculative server (NGRAM too)
 
 
