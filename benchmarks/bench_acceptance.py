@@ -25,8 +25,14 @@ verify step (1.0 = plain decoding) and the % of answer tokens accepted via
 the prefix and the suffix path. These are controlled, synthetic drafts of
 real code, not drafts written by a model.
 
+``--tree`` replays with tree proposals (``propose_tree``, as the server
+verifies) instead of chains. ``--baseline REV`` also replays every case with
+the core as it was at git revision ``REV`` (its files loaded under another
+package name, in the same process), so rows ``mode@REV`` sit beside today's.
+
 Usage: python benchmarks/bench_acceptance.py [--limit 40] [--rates 0,0.1,0.3]
-       [--nodes 8,16] [--ops rename,docstring,reorder,drop,wrong_line,mixed] [--out r.json]
+       [--nodes 8,16] [--ops rename,docstring,reorder,drop,wrong_line,mixed] [--tree]
+       [--baseline HEAD~3] [--out r.json]
 """
 
 from __future__ import annotations
@@ -214,13 +220,40 @@ def load_tokenizer():
     return tok, f"bundled model tokenizer ({Path(path).name}, byte-level BPE, {len(tok)} tokens)"
 
 
-def run(limit: int, rates, nodes, ops, seed: int = 0, data: Path = DATA):
+def load_baseline(rev: str):
+    """``(ProposerConfig, simulate)`` of the core at git revision ``rev``, loaded as package
+    ``ssr_core_baseline`` from the files ``git show`` gives (nothing is checked out)."""
+    import importlib
+    import subprocess
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="ssr-core-baseline-"))
+    pkg = root / "ssr_core_baseline"
+    pkg.mkdir()
+    names = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", rev, "ssr_sglang/core/"],
+                           check=True, capture_output=True, text=True).stdout.split()
+    for name in names:
+        if name.endswith(".py"):
+            text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{name}"], check=True,
+                                  capture_output=True, text=True).stdout
+            (pkg / Path(name).name).write_text(text)
+    sys.path.insert(0, str(root))
+    prop = importlib.import_module("ssr_core_baseline.proposer")
+    sim = importlib.import_module("ssr_core_baseline.simulator")
+    return prop.ProposerConfig, sim.simulate
+
+
+def run(limit: int, rates, nodes, ops, seed: int = 0, data: Path = DATA, tree: bool = False,
+        baseline: str = ""):
     tasks = json.loads(Path(data).read_text())[:limit]
     tok, tok_name = load_tokenizer()
 
     def enc(s: str) -> list:
         return tok.encode(s, add_special_tokens=False)
 
+    impls = [("", ProposerConfig, simulate)]
+    if baseline:
+        impls.append(("@" + baseline, *load_baseline(baseline)))
     agg: dict = {}
     answer_tokens = 0
     t0 = time.perf_counter()
@@ -235,15 +268,16 @@ def run(limit: int, rates, nodes, ops, seed: int = 0, data: Path = DATA):
                 draft = enc(make_draft(code, op, rate, seed * 100003 + ti)) if rate > 0 else list(answer)
                 for nn in nodes:
                     for mode, flags in MODES.items():
-                        cfg = ProposerConfig(max_tokens=max(1, nn - 1), **flags)
-                        rep = simulate(answer, [draft], cfg, num_nodes=nn)
-                        key = ("none" if rate == 0 else op, rate, nn, mode)
-                        a = agg.setdefault(key, [0, 0, 0, 0, 0])
-                        a[0] += rep.plain_steps
-                        a[1] += rep.steps
-                        a[2] += rep.accepted_prefix
-                        a[3] += rep.accepted_suffix
-                        a[4] += 1
+                        for tag, config_cls, sim in impls:
+                            cfg = config_cls(max_tokens=max(1, nn - 1), **flags)
+                            rep = sim(answer, [draft], cfg, num_nodes=nn, tree=tree)
+                            key = ("none" if rate == 0 else op, rate, nn, mode + tag)
+                            a = agg.setdefault(key, [0, 0, 0, 0, 0])
+                            a[0] += rep.plain_steps
+                            a[1] += rep.steps
+                            a[2] += rep.accepted_prefix
+                            a[3] += rep.accepted_suffix
+                            a[4] += 1
     rows = []
     for (op, rate, nn, mode), (plain, steps, ap, asf, n) in agg.items():
         rows.append({"op": op, "rate": rate, "num_nodes": nn, "mode": mode, "tasks": n,
@@ -252,7 +286,8 @@ def run(limit: int, rates, nodes, ops, seed: int = 0, data: Path = DATA):
                      "pct_suffix": 100.0 * asf / plain if plain else 0.0})
     meta = {"tokenizer": tok_name, "tasks": len(tasks), "answer_tokens": answer_tokens,
             "data": str(data), "rates": list(rates), "nodes": list(nodes), "ops": list(ops),
-            "seed": seed, "seconds": time.perf_counter() - t0,
+            "seed": seed, "seconds": time.perf_counter() - t0, "tree": tree, "baseline": baseline,
+            "modes": [m + tag for tag, _, _ in impls for m in MODES],
             "note": "controlled drafts: ClassEval solution_code edited by ast/regex operators; "
                     "tokens_per_step = answer tokens / verify steps (chain, oracle greedy target)"}
     return {"meta": meta, "rows": rows}
@@ -264,14 +299,15 @@ def markdown(res: dict) -> str:
     out = [f"Controlled drafts of ClassEval solutions ({res['meta']['tasks']} tasks, "
            f"{res['meta']['answer_tokens']} answer tokens; tokenizer: {res['meta']['tokenizer']}).",
            "Cells: tokens per verify step (% of tokens via prefix / suffix).", ""]
-    hdr = ["op", "rate"] + [f"{m} n={nn}" for nn in nodes for m in MODES]
+    modes = res["meta"]["modes"]
+    hdr = ["op", "rate"] + [f"{m} n={nn}" for nn in nodes for m in modes]
     out.append("| " + " | ".join(hdr) + " |")
     out.append("|" + "---|" * len(hdr))
     idx = {(r["op"], r["rate"], r["num_nodes"], r["mode"]): r for r in rows}
     for op, rate in dict.fromkeys((r["op"], r["rate"]) for r in rows):
         cells = []
         for nn in nodes:
-            for m in MODES:
+            for m in modes:
                 r = idx[(op, rate, nn, m)]
                 cells.append(f"{r['tokens_per_step']:.2f} ({r['pct_prefix']:.0f}/{r['pct_suffix']:.0f})")
         out.append(f"| {op} | {rate:g} | " + " | ".join(cells) + " |")
@@ -286,6 +322,8 @@ def main() -> None:
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--tree", action="store_true", help="tree proposals (as the server verifies), not chains")
+    ap.add_argument("--baseline", default="", help="also replay with the core at this git revision")
     ap.add_argument("--out", type=Path, default=None, help="write JSON results here")
     args = ap.parse_args()
     ops = [o for o in args.ops.split(",") if o]
@@ -293,7 +331,7 @@ def main() -> None:
         if o not in OPS:
             ap.error(f"unknown op {o!r}; choose from {', '.join(OPS)}")
     res = run(args.limit, [float(r) for r in args.rates.split(",")], [int(n) for n in args.nodes.split(",")],
-              ops, args.seed, args.data)
+              ops, args.seed, args.data, args.tree, args.baseline)
     print(markdown(res))
     print(f"\n({res['meta']['seconds']:.1f} s)")
     if args.out:
