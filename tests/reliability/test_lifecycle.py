@@ -4,7 +4,8 @@ One SSR server for the module: a 2048-token KV pool, priority scheduling with pr
 short queue (so queued requests are evicted), ``SGLANG_TEST_RETRACT=1`` (SGLang's test switch: a
 running request is retracted every few decode steps), and ``SSR_TEST_FAULTS`` armed at every point
 where SSR code runs in the scheduler (a point raises only for requests whose rid contains
-``fault-<point>``; see :mod:`ssr_sglang.srt.faults`).
+``fault-<point>``; see :mod:`ssr_sglang.srt.faults`). Also ``/flush_cache`` between and after requests
+with drafts, and a request aborted when the pool runs out of KV.
 """
 
 from __future__ import annotations
@@ -174,3 +175,107 @@ def test_mixed_priority_aborts_retraction_eviction_leave_no_state(server, chat_p
     # and the server still serves exactly
     out = server.generate(input_ids=chat_prompts[2], max_new_tokens=32)["output_ids"]
     assert out == plain_outputs[2][:32]
+
+
+# -- cache flushes and KV exhaustion ----------------------------------------------------------------------
+def flush(server, timeout: float = 0.0):
+    return requests.post(server.url + "/flush_cache", params={"timeout": timeout}, timeout=timeout + 60)
+
+
+def flush_when_idle(server) -> None:
+    """``/flush_cache`` once the drafts a finished request left behind are gone (SGLang refuses it while
+    anything runs or waits)."""
+    deadline = time.time() + 60
+    while (r := flush(server)).status_code != 200:
+        assert time.time() < deadline, r.text
+        time.sleep(0.2)
+
+
+def test_flush_cache_between_and_after_requests_with_drafts(server, refs, chat_prompts, plain_outputs,
+                                                            tokenizer):
+    """A flush after each request with drafts, a flush asked for while requests with drafts run (refused
+    at once; deferred until idle with a timeout), a flush after a client-draft request: no SSR state is
+    left, and the next requests, from a cold cache, are still exact."""
+    tag = time.time_ns()
+    for i in (0, 1, 0):  # the same prompt again after the flush: a cold cache
+        status, out = gen(server, f"flush-{tag}-{i}-{time.time_ns()}", input_ids=chat_prompts[i])
+        assert status == 200 and out["output_ids"] == plain_outputs[i][:64], i
+        assert out["meta_info"]["ssr"]["drafts_started"] >= 1, out["meta_info"]["ssr"]
+        flush_when_idle(server)
+        assert_no_state(server)
+
+    outs, deferred = {}, {}
+
+    def client(i):
+        outs[i] = gen(server, f"flush-{tag}-together-{i}", input_ids=chat_prompts[i], max_new_tokens=128)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(2, 6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    refused = flush(server)
+    waiter = threading.Thread(target=lambda: deferred.setdefault("r", flush(server, timeout=120)))
+    waiter.start()
+    for t in threads + [waiter]:
+        t.join(timeout=300)
+    assert refused.status_code == 400, refused.text  # requests were running
+    assert deferred["r"].status_code == 200, deferred["r"].text  # flushed once they were done
+    for i in range(2, 6):
+        assert outs[i][0] == 200 and outs[i][1]["output_ids"] == plain_outputs[i], i
+    assert sum(outs[i][1]["meta_info"]["ssr"]["drafts_started"] for i in outs) >= 2
+    assert_no_state(server)
+
+    closed = chat_prompts[1] + tokenizer("\n</think>\n\n", add_special_tokens=False).input_ids
+    first = server.generate(input_ids=closed, max_new_tokens=48, sampling={"ignore_eos": True})["output_ids"]
+    status, out = gen(server, f"flush-{tag}-client-draft", input_ids=closed, max_new_tokens=48,
+                      custom_params={"ssr_draft": first}, sampling={"ignore_eos": True})
+    assert status == 200 and out["output_ids"] == first and out["meta_info"]["ssr"]["accepted_prefix"] > 24
+    flush_when_idle(server)
+    assert_no_state(server)
+    assert server.generate(input_ids=chat_prompts[2], max_new_tokens=32)["output_ids"] == plain_outputs[2][:32]
+
+
+def test_kv_exhaustion_abort_leaves_no_state(server, chat_prompts, plain_outputs):
+    """A reasoning request as long as the 2048-token KV pool allows (SGLang caps its max_new_tokens so
+    that prompt + output fit, but a speculative decode step also reserves 2 x 8 slots past its length)
+    runs out of KV near its end: ``retract_decode`` retracts whatever else runs, then aborts it. Beside
+    it, reasoning requests with drafts (retracted, resumed); and a prompt longer than the pool, refused.
+    Afterwards no SSR state, no KV in use, no leak, and exact output (also after a flush)."""
+    tag = time.time_ns()
+    filler = [t for p in chat_prompts for t in p]
+    long_prompt = (filler * 20)[: 1900 - len(chat_prompts[7])] + chat_prompts[7]  # ends in an open think block
+    too_long = (filler * 20)[:2100]
+    results = {}
+    ended_by_abort = ssr_info(server)["ended_by_abort_output"]
+
+    def client(key, **kw):
+        try:
+            results[key] = gen(server, f"oom-{tag}-{key}", **kw)
+        except requests.RequestException as e:
+            results[key] = (-1, {"error": repr(e)})
+
+    threads = [threading.Thread(target=client, args=(i,), kwargs=dict(input_ids=chat_prompts[i], max_new_tokens=128))
+               for i in range(3, 6)]
+    threads.append(threading.Thread(target=client, args=("long",), kwargs=dict(
+        input_ids=long_prompt, max_new_tokens=1024, sampling={"ignore_eos": True})))
+    threads.append(threading.Thread(target=client, args=("too-long",), kwargs=dict(input_ids=too_long)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    status, out = results["too-long"]
+    assert status == 400, (status, out)
+    status, out = results["long"]
+    reason = out.get("meta_info", {}).get("finish_reason", {}) if isinstance(out, dict) else {}
+    assert status != 200 or reason.get("type") == "abort", (status, reason, len(out.get("output_ids", [])))
+    for i in range(3, 6):
+        assert results[i][0] == 200 and results[i][1]["output_ids"] == plain_outputs[i], i
+    log = open(server.log_path, errors="replace").read()
+    assert any("retract_decode: aborted" in ln and f"oom-{tag}-long" in ln for ln in log.splitlines()), \
+        "the long request was not aborted for lack of KV"
+    assert_no_state(server)
+    # SGLang ended it through send_abort_output, where SSR settles its state (not left to the idle sweep)
+    assert ssr_info(server)["ended_by_abort_output"] > ended_by_abort
+    flush_when_idle(server)
+    assert_no_state(server)
+    assert server.generate(input_ids=chat_prompts[2], max_new_tokens=32)["output_ids"] == plain_outputs[2][:32]
