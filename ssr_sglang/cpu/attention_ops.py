@@ -226,14 +226,8 @@ def extend_attention_cpu(
                         tree_mask, is_causal)
         return
     mask_off = 0
-    for i, (seq_len, ext, start, rpi) in enumerate(zip(seq_list, ext_list, start_list, rpi_list)):
-        seq_len, ext, start = int(seq_len), int(ext), int(start)
-        if ext <= 0:
-            continue
-        prefix = seq_len - ext
-        if prefix < 0:
-            raise ValueError(f"request {i}: seq_len {seq_len} < extend_len {ext}")
-        slots = req_to_token[int(rpi), :seq_len].long()
+    for i, seq_len, ext, start, prefix in _extending(seq_list, ext_list, start_list):
+        slots = req_to_token[int(rpi_list[i]), :seq_len].long()
         if k_extend is not None and v_extend is not None:
             k = torch.cat(
                 [_load_kv(k_buffer, slots[:prefix], key_scale), k_extend[start : start + ext].float()]
@@ -271,6 +265,17 @@ def extend_attention_cpu(
             o_extend[start + c0 : start + c1] = out[0].to(o_extend.dtype)
 
 
+def _extending(seq_list, ext_list, start_list):
+    """``(i, seq_len, ext, start, prefix)`` of every request that extends by at least one token."""
+    for i, (seq_len, ext, start) in enumerate(zip(seq_list, ext_list, start_list)):
+        seq_len, ext, start = int(seq_len), int(ext), int(start)
+        if ext <= 0:
+            continue
+        if seq_len < ext:
+            raise ValueError(f"request {i}: seq_len {seq_len} < extend_len {ext}")
+        yield i, seq_len, ext, start, seq_len - ext
+
+
 def _extend_tree_rows(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,
                       req_to_token, rpi_list, seq_list, ext_list, start_list, sm_scale, logit_cap, sinks,
                       tree_mask) -> None:
@@ -282,13 +287,7 @@ def _extend_tree_rows(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer
     """
     pool_rows, lens, out_rows, fix = [], [], [], []  # fix: (row, key column, node position, extend row)
     mask_off = 0
-    for i, (seq_len, ext, start) in enumerate(zip(seq_list, ext_list, start_list)):
-        seq_len, ext, start = int(seq_len), int(ext), int(start)
-        if ext <= 0:
-            continue
-        prefix = seq_len - ext
-        if prefix < 0:
-            raise ValueError(f"request {i}: seq_len {seq_len} < extend_len {ext}")
+    for i, seq_len, ext, start, prefix in _extending(seq_list, ext_list, start_list):
         blk = tree_mask[mask_off: mask_off + ext * ext].view(ext, ext).bool().tolist()
         mask_off += ext * ext
         for r, seen in enumerate(blk):
