@@ -18,9 +18,9 @@ from types import SimpleNamespace as NS
 
 import pytest
 import torch
-from scipy import stats
 
 from ssr_sglang.cpu import eagle_sampling, sampling_ops
+from test_sampling_ops import chi_square_p
 
 ALPHA = 1e-3
 
@@ -104,20 +104,9 @@ def plain_filtered(logits_row, temperature, top_k, top_p):
 
 
 def chisq(observed_tokens, expected_probs):
-    n = len(observed_tokens)
-    counts = torch.bincount(torch.tensor(observed_tokens), minlength=len(expected_probs)).double()
-    exp = expected_probs * n
-    big = exp >= 5
-    obs, ex = counts[big].tolist(), exp[big].tolist()
-    assert counts[expected_probs == 0].sum() == 0, "a token the target gives probability 0"
-    rest_o, rest_e = n - sum(obs), n - sum(ex)
-    if rest_e >= 5:
-        obs.append(rest_o)
-        ex.append(rest_e)
-    else:
-        ex = [e * n / sum(ex) for e in ex]
-        obs[-1] += rest_o
-    return stats.chisquare(obs, ex).pvalue
+    """Goodness of fit of single tokens to ``expected_probs`` (test_sampling_ops' pooled chi-square)."""
+    exact = {(t,): p for t, p in enumerate(expected_probs.tolist()) if p > 0}
+    return chi_square_p([(int(t),) for t in observed_tokens], exact)
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 1 << 30, 1.0), (0.6, 20, 0.95), (1.0, 1 << 30, 0.8),
