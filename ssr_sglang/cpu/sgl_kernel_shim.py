@@ -1,7 +1,8 @@
 """The module served as ``sgl_kernel`` (and any ``sgl_kernel.<sub>``) on SGLang's CPU engine.
 
-Known ops come from :mod:`ssr_sglang.cpu.ops` and :mod:`ssr_sglang.cpu.sampling_ops` (pure torch;
-the latter: ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob``).
+Known ops come from :mod:`ssr_sglang.cpu.ops`, :mod:`ssr_sglang.cpu.gdn_ops` (hybrid Gated DeltaNet
+models) and :mod:`ssr_sglang.cpu.sampling_ops` (pure torch; the latter: ``tree_speculative_sampling_target_only``,
+``top_k_renorm_prob``, ``top_p_renorm_prob``).
 Any other name resolves lazily to a callable that raises ``NotImplementedError`` naming the op when it
 is called, so SGLang modules that merely import an op they never use on CPU still load, and a model
 or feature that does need a missing op fails with a message that says which one.
@@ -50,7 +51,7 @@ class _ShimLoader(importlib.abc.Loader):
         return types.ModuleType(spec.name)
 
     def exec_module(self, module):
-        from ssr_sglang.cpu import ops, sampling_ops
+        from ssr_sglang.cpu import gdn_ops, ops, sampling_ops
 
         module.__path__ = []  # a package, so ``import sgl_kernel.<sub>`` goes through the finder too
         module.__ssr_stand_in__ = True
@@ -58,7 +59,8 @@ class _ShimLoader(importlib.abc.Loader):
         if module.__name__ == "sgl_kernel":
             module.__version__ = "0.0.0+ssr-cpu-stand-in"
             ops.register_torch_ops()
-        for name, fn in {**ops.PYTHON_OPS, **sampling_ops.PYTHON_OPS}.items():
+            gdn_ops.register_torch_ops()
+        for name, fn in {**ops.PYTHON_OPS, **sampling_ops.PYTHON_OPS, **gdn_ops.PYTHON_OPS}.items():
             setattr(module, name, fn)
 
 
@@ -69,9 +71,9 @@ def find_spec(fullname: str):
     of them with ``try: from sgl_kernel.x import ... except ImportError`` and a pure-Python
     fallback (``sgl_kernel.scalar_type``, for one).
     """
-    from ssr_sglang.cpu import ops
+    from ssr_sglang.cpu import gdn_ops, ops
 
-    known = KNOWN_SUBMODULES | set(getattr(ops, "SUBMODULES", ()))
+    known = KNOWN_SUBMODULES | set(getattr(ops, "SUBMODULES", ())) | gdn_ops.SUBMODULES
     if fullname != "sgl_kernel" and fullname.split(".", 1)[1] not in known:
         return None
     return importlib.machinery.ModuleSpec(fullname, _ShimLoader(), is_package=True)

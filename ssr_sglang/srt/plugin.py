@@ -22,6 +22,9 @@ def register() -> None:
         from ssr_sglang.cpu import exact
 
         exact.install()  # SSR_CPU_EXACT_VERIFY=1: verify rows computed as decode rows
+        from ssr_sglang.cpu import gdn_ops
+
+        gdn_ops.install()  # hybrid Gated DeltaNet models: the gated RMSNorm's CPU op
     _register_algorithm()
     from ssr_sglang.srt import hooks, sglang_fixes
 
