@@ -484,11 +484,53 @@ GATED_NORM_MODULES = (
 )
 
 
+# After a verify step SGLang commits each request's accepted step: its recurrent state and conv window
+# (``scatter_mamba_states_after_mtp_verify``), through Triton scatters that refuse CPU tensors.
+SCATTER_MODULE = "sglang.kernels.ops.mamba.mamba_state_scatter_triton"
+SCATTERS = ("fused_mamba_state_scatter_with_mask", "fused_conv_window_scatter_with_mask")
+
+
+def scatter_accepted_steps(dst: torch.Tensor, src: torch.Tensor, dst_indices: torch.Tensor, steps: torch.Tensor,
+                           src_indices: Optional[torch.Tensor] = None) -> None:
+    """``dst[:, dst_indices[i]] = src[:, row_i, steps[i]]`` for every ``i`` with ``steps[i] >= 0`` (``row_i`` is
+    ``src_indices[i]`` if given, else ``i``): every layer's state (``dst [layers, slots, ...]``, ``src
+    [layers, rows, steps, ...]``) of the last accepted step, into the request's slot."""
+    step_list = steps.reshape(-1).tolist()
+    dst_list = dst_indices.reshape(-1).tolist()
+    rows = src_indices.reshape(-1).tolist() if src_indices is not None else list(range(len(step_list)))
+    for i, step in enumerate(step_list):
+        if int(step) >= 0 and int(dst_list[i]) >= 0:
+            dst[:, int(dst_list[i])] = src[:, int(rows[i]), int(step)].to(dst.dtype)
+
+
+def _cpu_or(original: Callable) -> Callable:
+    def scatter(dst, src, dst_indices_raw, step_indices_raw, src_indices_raw=None):
+        if dst.device.type != "cpu":
+            return original(dst, src, dst_indices_raw, step_indices_raw, src_indices_raw)
+        return scatter_accepted_steps(dst, src, dst_indices_raw, step_indices_raw, src_indices_raw)
+
+    scatter.__wrapped__ = original
+    return scatter
+
+
 def install() -> None:
-    """Route SGLang's gated RMSNorm (Gated DeltaNet output norm) to ``fused_rmsnorm_gated_cpu``."""
+    """On the CPU engine: route SGLang's gated RMSNorm (Gated DeltaNet output norm) to
+    ``fused_rmsnorm_gated_cpu``, and commit verified recurrent states with :func:`scatter_accepted_steps`."""
     import importlib
 
     for name in GATED_NORM_MODULES:
         module = importlib.import_module(name)
         if hasattr(module, "_use_cpu"):
             module._use_cpu = True
+    scatter = importlib.import_module(SCATTER_MODULE)
+    for name in SCATTERS:
+        fn = getattr(scatter, name)
+        if not hasattr(fn, "__wrapped__"):
+            setattr(scatter, name, _cpu_or(fn))
+    eligible = scatter._conv_multi_eligible
+    if not hasattr(eligible, "__wrapped__"):
+        def conv_multi_eligible(pairs):  # the fused multi-pair Triton scatter: never on CPU tensors
+            return bool(pairs) and pairs[0][0].device.type != "cpu" and eligible(pairs)
+
+        conv_multi_eligible.__wrapped__ = eligible
+        scatter._conv_multi_eligible = conv_multi_eligible
