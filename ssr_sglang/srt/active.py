@@ -1,3 +1,3 @@
-"""The SSR worker of this scheduler process, if any (kept import-free so hooks stay cheap)."""
+"""The draft manager of this scheduler process, if it serves SSR (kept import-free so hooks stay cheap)."""
 
-WORKER = None
+MANAGER = None

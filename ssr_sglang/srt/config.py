@@ -53,9 +53,9 @@ def default_max_batch(device: str) -> int:
     """``SSR_MAX_BATCH`` when unset, for a ``--device`` such as ``cpu`` or ``cuda:0``.
 
     Drafts decode in the same batches as real requests. A GPU decode step is memory-bound, so a few
-    more sequences cost little; a CPU pays for every one. Measured on CPU (``benchmarks/load.py
-    --side-by-side``): drafting at 4 and 16 concurrent requests brought SSR down to plain's throughput
-    (1.04x, 1.11x), while skipping drafts from 4 running requests kept 1.28x and 1.60x.
+    more sequences cost little; a CPU pays for every one, so there drafts stop at a small batch. The
+    figures behind the values are ``benchmarks/load.py --side-by-side``'s (README, "Drafting overhead
+    and load").
     """
     return 4 if str(device).split(":")[0] == "cpu" else 32
 
@@ -95,14 +95,18 @@ class RequestConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
+    """Server-wide SSR settings: :func:`server_config_from_env` is the only reader of the ``SSR_*``
+    environment (the ``SSR_TEST_*`` switches of :mod:`ssr_sglang.srt.faults` aside); everything else
+    takes its settings from here."""
+
     defaults: RequestConfig = RequestConfig()
     reasoning_fallback: str = "ngram"
     max_kv_usage: float = 0.85
     max_batch: Optional[int] = None  # None: default_max_batch(device)
     verify_width: str = "full"  # full | adaptive (CPU only)
-    think_start: Optional[str] = None
+    think_start: Optional[str] = None  # explicit think markers (both or neither), used by think_ids.from_config
     think_end: Optional[str] = None
-    force_answer_text: Optional[str] = None
+    force_answer_text: Optional[str] = None  # appended to a draft's input; must contain the think end
 
 
 # custom_params key -> RequestConfig field, and the env variable of the same knob.
@@ -311,13 +315,18 @@ def server_config_from_env(env: Optional[Mapping[str, str]] = None) -> ServerCon
     width = env.get("SSR_VERIFY_WIDTH", "full").strip().lower()
     if width not in ("adaptive", "full"):
         raise SSRConfigError(f"environment variable SSR_VERIFY_WIDTH={width!r} must be 'full' or 'adaptive'")
+    think_start, think_end = env.get("SSR_THINK_START") or None, env.get("SSR_THINK_END") or None
+    if (think_start is None) != (think_end is None):
+        missing = "SSR_THINK_END" if think_end is None else "SSR_THINK_START"
+        raise SSRConfigError(f"environment variable {missing} must be set too: SSR_THINK_START and SSR_THINK_END "
+                             f"go together")
     return ServerConfig(
         defaults=defaults,
         reasoning_fallback=fallback,
         verify_width=width,
         max_kv_usage=_env_float(env, "SSR_MAX_KV_USAGE", 0.85, 0.0, 1.0),
         max_batch=int(max_batch) if max_batch is not None else None,
-        think_start=env.get("SSR_THINK_START") or None,
-        think_end=env.get("SSR_THINK_END") or None,
+        think_start=think_start,
+        think_end=think_end,
         force_answer_text=env.get("SSR_FORCE_ANSWER_TEXT"),
     )

@@ -16,7 +16,9 @@ Tokenizer manager (HTTP) process:
   400 naming the field, before anything is scheduled;
 * ``TokenizerManager.update_request_meta_info`` (around): ``meta_info["ssr"]`` as one dict.
 
-Every hook is a pass-through unless this process serves ``--speculative-algorithm SSR``.
+Every hook is a pass-through unless this process serves ``--speculative-algorithm SSR``. The scheduler
+hooks hold no state: they hand over to this process's
+:class:`~ssr_sglang.srt.draft_manager.DraftManager` (``active.MANAGER``).
 """
 
 from __future__ import annotations
@@ -55,10 +57,10 @@ def install() -> None:
 _scheduler_checked = False
 
 
-def _worker():
+def _manager():
     from ssr_sglang.srt import active
 
-    return active.WORKER
+    return active.MANAGER
 
 
 def _check_scheduler(scheduler) -> None:
@@ -74,36 +76,32 @@ def _check_scheduler(scheduler) -> None:
 
 # -- scheduler ---------------------------------------------------------------
 def _process_batch_result(original, self, batch, result, *args, **kwargs):
-    w = _worker()
-    if w is None:
+    m = _manager()
+    if m is None:
         return original(self, batch, result, *args, **kwargs)
     _check_scheduler(self)
-    from ssr_sglang.srt import lifecycle
-
     counted = batch is not None and (batch.forward_mode.is_decode() or batch.forward_mode.is_extend())
     if counted:
-        lifecycle.before_batch(w, batch)  # before the outputs are streamed: final metrics include the last step
+        m.before_batch(batch)  # before the outputs are streamed: final metrics include the last step
     out = original(self, batch, result, *args, **kwargs)
-    lifecycle.after_batch(self, w, batch, counted)  # contains its own failures
+    m.after_batch(self, batch, counted)  # contains its own failures
     return out
 
 
 def _on_idle(original, self, *args, **kwargs):
-    w = _worker()
-    if w is not None:
+    m = _manager()
+    if m is not None:
         _check_scheduler(self)
-        from ssr_sglang.srt import lifecycle
-
-        lifecycle.on_idle(self, w)
+        m.on_idle(self)
     return original(self, *args, **kwargs)
 
 
 def _calc_priority(original, self, waiting_queue, *args, **kwargs):
     """Drafts yield to real requests: after SGLang orders the queue, real requests go first."""
     out = original(self, waiting_queue, *args, **kwargs)
-    w = _worker()
-    if w is not None and len(waiting_queue) > 1:
-        hidden = [w.is_hidden(r.rid) for r in waiting_queue]
+    m = _manager()
+    if m is not None and len(waiting_queue) > 1:
+        hidden = [m.is_hidden(r.rid) for r in waiting_queue]
         if any(hidden) and not all(hidden):
             waiting_queue[:] = [r for r, h in zip(waiting_queue, hidden) if not h] + \
                 [r for r, h in zip(waiting_queue, hidden) if h]
@@ -114,31 +112,20 @@ def _send_abort_output(original, self, abort_req, req, *args, **kwargs):
     """SGLang ends ``req`` outside the output stream (aborted while queued, retract_decode aborting on KV
     exhaustion, priority eviction, rejection): settle its SSR state and abort its drafts; a draft's
     abort output never reaches the tokenizer manager."""
-    w = _worker()
-    if w is None or req is None:
+    m = _manager()
+    if m is None or req is None:
         return original(self, abort_req, req, *args, **kwargs)
-    hidden = w.is_hidden(req.rid)
-    from ssr_sglang.srt import lifecycle
-
-    lifecycle.on_abort_output(self, w, req)
+    hidden = m.is_hidden(req.rid)
+    m.on_abort_output(self, req)
     if hidden:
         return None
     return original(self, abort_req, req, *args, **kwargs)
 
 
 def _add_speculative(result, self, state, *args, **kwargs):
-    w = _worker()
-    if w is not None:
-        state["ssr"] = w.totals.as_dict()
-        state["ssr"]["active_requests"] = sum(1 for s in w.requests.values() if not s.is_draft)
-        state["ssr"]["active_drafts"] = sum(1 for s in w.requests.values() if s.is_draft)
-        state["ssr"]["active_disabled"] = len(w.disabled)
-        state["ssr"].update(w.lifecycle_counts)
-        if w.check_trees:
-            state["ssr"].update(tree_checks=w.tree_checks, duplicate_siblings_seen=w.duplicate_siblings_seen,
-                                siblings_renamed=w.siblings_renamed)
-        if w.policy is not None:
-            state["ssr"]["policy"] = w.policy.summary()
+    m = _manager()
+    if m is not None:
+        state["ssr"] = m.server_info()
     return result
 
 
@@ -164,9 +151,9 @@ def ssr_output_streamer_class():
         has_additional_customized_info = True
 
         def stream_output(self, reqs, return_logprob, skip_req=None):
-            w = _worker()
-            if w is not None:
-                visible = [r for r in reqs if not w.is_hidden(r.rid)]
+            m = _manager()
+            if m is not None:
+                visible = [r for r in reqs if not m.is_hidden(r.rid)]
                 if len(visible) != len(reqs):
                     if not visible:
                         return None
@@ -174,35 +161,16 @@ def ssr_output_streamer_class():
             return SchedulerOutputStreamer.stream_output(self, reqs, return_logprob, skip_req)
 
         def should_build_additional_customized_info(self) -> bool:
-            return _worker() is not None
+            return _manager() is not None
 
         def build_additional_customized_info(self, reqs):
-            w = _worker()
-            values = []
-            for r in reqs:
-                values.append(_final_meta(w, r) if r.finished() else [])
-            return {META_KEY: values}
+            m = _manager()
+            return {META_KEY: [m.final_meta(r) if r.finished() else [] for r in reqs]}
 
         def is_request_level_customized_info_key(self, key: str) -> bool:
             return key == META_KEY or SchedulerOutputStreamer.is_request_level_customized_info_key(self, key)
 
     return SSROutputStreamer
-
-
-def _final_meta(w, req) -> list:
-    """``meta_info["ssr"]`` of a finished request, as the one-element list SGLang relays (or [])."""
-    reason = w.disabled.get(req.rid)
-    st = w.requests.get(req.rid)
-    meta = None
-    if st is not None:
-        try:
-            meta = st.finish(req.output_ids)
-        except Exception as e:  # noqa: BLE001 - never fail the output stream
-            w.disable(req.rid, f"final accounting failed: {e!r}", e)
-            reason = w.disabled.get(req.rid, reason)
-    if reason:
-        meta = {**(meta or {"enabled": False}), "disabled_reason": reason}
-    return [meta] if meta is not None else []
 
 
 # -- tokenizer manager -------------------------------------------------------

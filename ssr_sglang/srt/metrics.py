@@ -4,10 +4,69 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-
-from ssr_sglang.srt.request_state import SSRCounters
+from typing import Optional
 
 META_KEY = "ssr"
+
+
+@dataclasses.dataclass
+class SSRCounters:
+    """One request's counts and stage times (``meta_info["ssr"]``); :class:`ServerTotals` sums them."""
+
+    drafts_started: int = 0
+    drafts_finished: int = 0  # drafts that ended on their own (EOS or their length cap)
+    drafts_cancelled: int = 0  # drafts aborted because their parent finished first
+    drafts_skipped: int = 0
+    draft_tokens: int = 0
+    draft_prompt_tokens: int = 0  # prompt + reasoning + forced end, summed over drafts
+    draft_cached_tokens: int = 0  # of which served from the radix cache (the reused reasoning KV)
+    reasoning_tokens: int = 0
+    answer_tokens: int = 0
+    answer_verify_steps: int = 0
+    draft_answer_steps: int = 0  # answer verify steps with a draft proposal, and the answer tokens
+    draft_answer_tokens: int = 0  # they committed (the rest were n-gram or plain steps)
+    accepted_prefix: int = 0  # answer tokens accepted from aligned drafts' continuations
+    accepted_suffix: int = 0  # ... from suffix matches, of which:
+    accepted_suffix_live: int = 0  # in a draft still decoding
+    accepted_suffix_done: int = 0  # in a draft that ended (finished, cancelled) or was supplied by the client
+    accepted_suffix_answer: int = 0  # in the answer itself (an earlier part of it)
+    # Server-side stage times (scheduler wall time, seconds). A step's time runs from the start of
+    # the worker's forward (proposal building included) to the verified tokens being ready.
+    reasoning_steps: int = 0
+    reasoning_time_s: float = 0.0
+    reasoning_draft_steps: int = 0  # reasoning steps whose batch also decoded a draft of this request
+    reasoning_draft_time_s: float = 0.0
+    draft_prefill_time_s: float = 0.0  # this request's share of prefill batches that started its drafts
+    fork_time_s: float = 0.0  # scheduler time spent forking its drafts
+    verify_time_s: float = 0.0  # answer-phase steps (each one target verification)
+    verify_steps: int = 0  # decode steps in all phases, and the tree nodes they verified: with an
+    verify_nodes: int = 0  # adaptive width (SSR_VERIFY_WIDTH) fewer than steps x num-draft-tokens
+    propose_time_s: float = 0.0  # of which: building the proposals from the drafts (host side)
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        steps = self.answer_verify_steps
+        d["answer_accept_length"] = round(self.answer_tokens / steps, 4) if steps else None
+        for k, v in d.items():
+            if isinstance(v, float):
+                d[k] = round(v, 6)
+        d["draft_overhead_s"] = self.draft_overhead_s()
+        return d
+
+    def draft_overhead_s(self) -> Optional[float]:
+        """Reasoning time the drafts cost this request: the extra time of reasoning steps that carried
+        a draft, over the mean draft-free reasoning step, plus draft prefill and fork time. ``None``
+        when no reasoning step ran without a draft (no baseline to compare with)."""
+        free_steps = self.reasoning_steps - self.reasoning_draft_steps
+        if not self.reasoning_draft_steps:
+            extra = 0.0
+        elif free_steps <= 0:
+            return None
+        else:
+            base = (self.reasoning_time_s - self.reasoning_draft_time_s) / free_steps
+            extra = max(0.0, self.reasoning_draft_time_s - self.reasoning_draft_steps * base)
+        return round(extra + self.draft_prefill_time_s + self.fork_time_s, 6)
+
 
 
 @dataclasses.dataclass

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
-from typing import Optional
+from typing import List, Optional
 
 from ssr_sglang.core.think_markers import ThinkMarkers, custom, markers_for
-from ssr_sglang.srt.request_state import ThinkIds
 
 logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ThinkIds:
+    """Token ids of the think markers for the served tokenizer."""
+
+    start: List[int]
+    end: List[int]
+    force: List[int]  # appended to a draft's input to make it answer now
+    force_tail: List[int]  # part of ``force`` after the think end: starts every draft answer
 
 
 def _encode(tokenizer, text: str) -> list:
@@ -71,12 +80,11 @@ def think_ids(tokenizer, markers: Optional[ThinkMarkers]) -> ThinkIds:
     return ThinkIds(start=_encode(tokenizer, markers.start), end=end, force=force, force_tail=tail)
 
 
-def from_environment(tokenizer, model_type: str, reasoning_parser: Optional[str]) -> ThinkIds:
-    markers = resolve_markers(
-        tokenizer, model_type, reasoning_parser,
-        os.environ.get("SSR_THINK_START"), os.environ.get("SSR_THINK_END"),
-        os.environ.get("SSR_FORCE_ANSWER_TEXT"),
-    )
+def from_config(tokenizer, model_type: str, reasoning_parser: Optional[str], cfg) -> ThinkIds:
+    """The served model's think ids; ``cfg`` (a :class:`~ssr_sglang.srt.config.ServerConfig`) carries the
+    explicit markers (``SSR_THINK_START``/``_END``, ``SSR_FORCE_ANSWER_TEXT``), which win when set."""
+    markers = resolve_markers(tokenizer, model_type, reasoning_parser, cfg.think_start, cfg.think_end,
+                              cfg.force_answer_text)
     ids = think_ids(tokenizer, markers)
     logger.info("SSR think markers: %s -> start=%s end=%s force=%s", markers, ids.start, ids.end, ids.force)
     return ids

@@ -12,16 +12,16 @@ Verification is SGLang's own (greedy tree walk; its sampling path where SGLang u
 output is the target model's whatever is proposed. With ``SSR_VERIFY_WIDTH=adaptive`` (CPU only) a
 step verifies only the first ``w`` tree nodes, ``w`` the widest proposal in the batch (1 when nobody
 proposes anything: a plain decode step), since on a compute-bound device a padding node costs as
-much as a real one. On the bundled model it saves about 1 node in 12 and measured 0.93-1.00x the
-throughput of the full width (``benchmarks/verify_width.py``), so it is not the default. Hidden draft requests are forked and managed
-by :mod:`ssr_sglang.srt.drafts`; this class only holds their state and reads their tokens.
+much as a real one; it is not the default (figures: ``benchmarks/verify_width.py``, README). The
+worker only proposes: the per-request state, the hidden draft requests and their endings belong to the
+:class:`~ssr_sglang.srt.draft_manager.DraftManager` it creates, which it asks for a request's state.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Dict, List, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -32,138 +32,43 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices
 
 from ssr_sglang.core.policy import DraftPolicy
 from ssr_sglang.core.tree import build_chain, distinct_siblings, duplicate_siblings, layout_tree, nodes_in_use
-from ssr_sglang.srt import active, compat, faults, metrics
-from ssr_sglang.srt.config import (RequestConfig, SSRConfigError, client_drafts, default_max_batch, parse_request,
-                                   server_config_from_env)
-from ssr_sglang.srt.request_state import ANSWER, REASONING, RequestSSR
-from ssr_sglang.srt.think_ids import from_environment
+from ssr_sglang.srt import active, compat, faults, think_ids
+from ssr_sglang.srt.config import SSRConfigError, default_max_batch, server_config_from_env
+from ssr_sglang.srt.draft_manager import DraftManager
+from ssr_sglang.srt.request_state import ANSWER
 
 logger = logging.getLogger(__name__)
-
-PROMPT_TAIL = 64  # prompt tokens examined for an open think block
 
 
 class SSRWorker(NGRAMWorker):
     def __init__(self, server_args, gpu_id, nccl_port, target_worker):
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
         compat.check_worker(self)  # a missing SGLang internal stops the server here, naming it
-        self.ssr_config = server_config_from_env()
+        self.ssr_config = cfg = server_config_from_env()  # the one read of the SSR_* environment
         runner = target_worker.model_runner
         hf_config = runner.model_config.hf_config
         from sglang.srt.runtime_context import get_serving
 
-        self.think = from_environment(
-            target_worker.tokenizer, getattr(hf_config, "model_type", "") or "", get_serving().reasoning_parser
-        )
-        self.vocab_size = runner.model_config.vocab_size
-        self.requests: Dict[str, RequestSSR] = {}
-        self.disabled: Dict[str, str] = {}  # rid -> why SSR is off for it (served as under NGRAM)
-        self.pending_aborts: List[str] = []  # drafts of disabled requests, aborted by the scheduler hook
-        self._failures_logged: set = set()
-        # parents SGLang ended through send_abort_output; states dropped by the per-step reconciliation
-        self.lifecycle_counts = {"ended_by_abort_output": 0, "reconciled": 0}
-        self.check_trees = faults.CHECK_TREES  # tests: count duplicate siblings in every verified tree
-        self.tree_checks = self.duplicate_siblings_seen = self.siblings_renamed = 0
-        self.adaptive_width = _adaptive_width(self.ssr_config.verify_width, runner)
-        self.max_draft_batch = self.ssr_config.max_batch or default_max_batch(runner.device)
+        think = think_ids.from_config(target_worker.tokenizer, getattr(hf_config, "model_type", "") or "",
+                                      get_serving().reasoning_parser, cfg)
+        self.adaptive_width = _adaptive_width(cfg.verify_width, runner)
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._width = self.draft_token_num  # nodes verified in the current step
-        self.step_started: Optional[float] = None  # perf_counter() at the current step's forward
-        self._last_result: Optional[float] = None  # perf_counter() when the last batch's results arrived
-        self.totals = metrics.ServerTotals()
         # The drafting policy decides from this process's own timers. Tensor-parallel ranks time
         # differently, so there requests follow their fixed schedules (token counts only).
-        self.policy = DraftPolicy(max_accept=self.draft_token_num) if server_args.tp_size == 1 else None
-        if not self.think.end:
+        policy = DraftPolicy(max_accept=self.draft_token_num) if server_args.tp_size == 1 else None
+        self.manager = DraftManager(cfg, think, self.draft_token_num, runner.model_config.vocab_size,
+                                    cfg.max_batch or default_max_batch(runner.device), policy, str(self.device))
+        self.check_trees = faults.CHECK_TREES  # tests: count duplicate siblings in every verified tree
+        if self.check_trees:
+            self.manager.tree_stats = {"tree_checks": 0, "duplicate_siblings_seen": 0, "siblings_renamed": 0}
+        if not think.end:
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
-        active.WORKER = self  # one per scheduler process (each tensor-parallel rank has its own)
-
-    def export_metrics(self) -> None:
-        """Mirror the totals into Prometheus when SGLang runs with ``--enable-metrics``."""
-        from sglang.srt.runtime_context import get_observability, get_parallel
-
-        if get_observability().enable_metrics:
-            metrics.export_prometheus(self.totals, {"tp_rank": str(get_parallel().tp_rank)})
-
-    # -- per-request state ------------------------------------------------
-    def state_for(self, req) -> RequestSSR:
-        st = self.requests.get(req.rid)
-        if st is None:
-            st = self._new_state(req)
-            self.requests[req.rid] = st
-        return st
-
-    def _new_state(self, req) -> RequestSSR:
-        params = req.sampling_params.custom_params
-        try:
-            cfg = parse_request(params, self.ssr_config.defaults)
-            drafts = client_drafts(params, self.vocab_size)
-        except SSRConfigError as e:  # the tokenizer manager rejects these first; never fail a batch here
-            logger.warning("SSR disabled for %s: %s", req.rid, e)
-            cfg, drafts = RequestConfig(enabled=False), []
-        refused = unsupported_request(req)
-        if refused and cfg.enabled:
-            cfg, drafts = RequestConfig(enabled=False), []
-            self.disable(req.rid, refused)
-        tail = req.origin_input_ids_unpadded[-PROMPT_TAIL:]
-        st = RequestSSR(req.rid, cfg, self.think, tail, self.draft_token_num)
-        if drafts and cfg.enabled:
-            for d in drafts:
-                st.add_client_draft(d)
-            if st.phase != "reasoning":
-                st.phase, st.answer_start = ANSWER, 0  # the prompt already holds the reasoning
-        return st
-
-    def add_draft_state(self, rid: str, parent: RequestSSR, seed_drafts) -> RequestSSR:
-        faults.hit("fork", parent.rid)
-        st = RequestSSR(rid, parent.cfg, self.think, (), self.draft_token_num, is_draft=True, parent_rid=parent.rid)
-        for toks in seed_drafts:  # iterative SSR: earlier drafts propose tokens for this one
-            st.add_client_draft(toks)
-        self.requests[rid] = st
-        return st
-
-    def is_hidden(self, rid: str) -> bool:
-        st = self.requests.get(rid)
-        return st is not None and st.is_draft
-
-    def drop(self, rid: str) -> Optional[RequestSSR]:
-        self.disabled.pop(rid, None)
-        return self.requests.pop(rid, None)
-
-    def disable(self, rid: str, reason: str, exc: Optional[BaseException] = None) -> None:
-        """Turn SSR off for a request (for a draft: for its parent): no more drafts or draft-based
-        proposals, so it is served as under NGRAM; its live drafts are aborted by the scheduler hook.
-        The reason goes to ``meta_info["ssr"]["disabled_reason"]``; each kind of failure is logged
-        once with its traceback, later ones at debug level."""
-        st = self.requests.get(rid)
-        if st is not None and st.is_draft and st.parent_rid:
-            rid, st = st.parent_rid, self.requests.get(st.parent_rid)
-        if rid in self.disabled:
-            return
-        self.disabled[rid] = reason
-        key = (reason.split(":", 1)[0], type(exc).__name__ if exc is not None else None)
-        if key in self._failures_logged:
-            logger.debug("SSR disabled for %s: %s", rid, reason)
-        else:
-            self._failures_logged.add(key)
-            log = logger.error if exc is not None else logger.info
-            log("SSR disabled for %s (and any later request failing the same way): %s", rid, reason, exc_info=exc)
-        if st is None:
-            return
-        st.schedule = None  # no more forks
-        for b in st.drafts:
-            if b.rid in self.requests:
-                self.disabled[b.rid] = reason
-                self.pending_aborts.append(b.rid)
-            if not b.finished:
-                try:
-                    st.close_draft(b, cancelled=True)
-                except Exception:  # noqa: BLE001 - the state may be what failed
-                    b.finished = b.cancelled = True
+        active.MANAGER = self.manager  # one per scheduler process (each tensor-parallel rank has its own)
 
     # -- one step: timing, and the rows of a narrowed verify -------------------
     def forward_batch_generation(self, batch, *args, **kwargs):
-        self.step_started = time.perf_counter()
+        started = time.perf_counter()
         self._width = self.draft_token_num
         result = super().forward_batch_generation(batch, *args, **kwargs)
         if self._width < self.draft_token_num:
@@ -172,49 +77,8 @@ class SSRWorker(NGRAMWorker):
             padded = F.pad(rows, (0, self.draft_token_num - self._width)).reshape(-1)
             result.next_token_ids = padded
             result.next_draft_input.accept_tokens = padded
+        self.manager.clock.step_ran(started, self._width)  # charged to the stages when the results arrive
         return result
-
-    def note_step(self, batch) -> None:
-        """When a batch's results arrive: charge its wall time to the requests' stages.
-
-        Decode steps go to each client request's reasoning or answer (verify) time, flagged when a
-        draft of the request was in the same batch; a prefill batch's share per draft it started goes
-        to the parent's draft prefill time.
-        """
-        started = self.step_started
-        if started is None:
-            return
-        self.step_started = None
-        if str(self.device).startswith("cuda"):  # result processing waits for the device next anyway
-            torch.cuda.current_stream().synchronize()
-        now = time.perf_counter()
-        seconds = now - started
-        # The policy pays for whole scheduler iterations (result processing, batch building and the
-        # forward), i.e. the time since the last batch's results; a gap much longer than the forward
-        # was idle time, not the step.
-        loop = now - self._last_result if self._last_result is not None else None
-        self._last_result = now
-        loop = loop if loop is not None and loop <= 3 * seconds else None
-        states = [self.requests.get(r.rid) for r in batch.reqs]
-        if batch.forward_mode.is_decode():
-            with_draft = {st.parent_rid for st in states if st is not None and st.is_draft}
-            drafts = sum(1 for st in states if st is not None and st.is_draft)
-            if self.policy is not None and loop is not None:
-                reasoning = all(st is not None and (st.is_draft or st.phase == REASONING) for st in states)
-                self.policy.observe_step(len(states) - drafts, drafts, loop, reasoning)
-            for st in states:
-                if st is not None and not st.is_draft:
-                    st.note_step_time(seconds, st.rid in with_draft)
-                    st.counters.verify_steps += 1
-                    st.counters.verify_nodes += self._width
-        else:
-            share = seconds / max(1, len(states))
-            for st in states:
-                parent = self.requests.get(st.parent_rid) if st is not None and st.is_draft else None
-                if parent is not None:
-                    parent.counters.draft_prefill_time_s += share
-                    if self.policy is not None and loop is not None:
-                        self.policy.observe_prefill(loop / max(1, len(states)))
 
     # -- proposals ----------------------------------------------------------
     def _prepare_draft_tokens(self, batch):
@@ -225,7 +89,7 @@ class SSRWorker(NGRAMWorker):
         n = self.draft_token_num
         nn = n * n
         widths = [n] * len(batch.reqs) if self.adaptive_width else None  # nodes in use, per request
-        disabled = self.disabled
+        disabled = self.manager.disabled
         for i, req in enumerate(batch.reqs):
             rows, mrows = slice(i * n, (i + 1) * n), slice(i * nn, (i + 1) * nn)
             tree = None
@@ -233,7 +97,7 @@ class SSRWorker(NGRAMWorker):
                 try:
                     tree = self._propose_one(req, n)
                 except Exception as e:  # noqa: BLE001 - never fail the batch: this request goes on as NGRAM
-                    self.disable(req.rid, f"building proposals failed: {e!r}", e)
+                    self.manager.disable(req.rid, f"building proposals failed: {e!r}", e)
                     tree = None
             if tree is not None:
                 req_drafts[rows] = tree.tokens
@@ -245,16 +109,16 @@ class SSRWorker(NGRAMWorker):
                     widths[i] = nodes_in_use(req_drafts[rows], mask[mrows], n)
                 renamed = distinct_siblings(req_drafts[rows], mask[mrows], n)
                 if self.check_trees:
-                    self.siblings_renamed += renamed
+                    self.manager.tree_stats["siblings_renamed"] += renamed
             if self.check_trees:
-                self.tree_checks += 1
-                self.duplicate_siblings_seen += duplicate_siblings(req_drafts[rows], mask[mrows], n)
+                self.manager.tree_stats["tree_checks"] += 1
+                self.manager.tree_stats["duplicate_siblings_seen"] += duplicate_siblings(req_drafts[rows], mask[mrows], n)
         self._widths = widths
         return req_drafts, mask
 
     def _propose_one(self, req, n: int):
         """The token tree of one request's draft-based proposals, or None (keep the n-gram rows)."""
-        st = self.state_for(req)
+        st = self.manager.state_for(req)
         out = req.output_ids
         st.settle(out)
         st.advance(out)
@@ -313,14 +177,6 @@ class SSRWorker(NGRAMWorker):
         req_drafts = np.zeros(bs * self.draft_token_num, dtype=np.int64)
         req_drafts[:: self.draft_token_num] = last
         return req_drafts, np.tile(mask, bs)
-
-
-def unsupported_request(req) -> str:
-    """Why SSR cannot draft for ``req`` ("" when it can). A multimodal prompt: a draft would be forked
-    with the padded multimodal token ids and without the request's multimodal inputs."""
-    if getattr(req, "multimodal_inputs", None) is not None:
-        return "multimodal input: SSR does not fork drafts for multimodal requests"
-    return ""
 
 
 def _adaptive_width(setting: str, runner) -> bool:

@@ -23,7 +23,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ssr_sglang.core.suffix_index import SuffixIndex
 from ssr_sglang.core.tree import PAD_TOKEN, layout_tree, trie_size
 from ssr_sglang.srt.config import RequestConfig
-from ssr_sglang.srt.request_state import ANSWER, REASONING, RequestSSR, ThinkIds
+from ssr_sglang.srt.request_state import ANSWER, REASONING, RequestSSR
+from ssr_sglang.srt.think_ids import ThinkIds
 
 VOCAB = 40
 THINK_START, THINK_END, FORCE_TAIL = 1, 2, 3

@@ -6,7 +6,8 @@ import pytest
 
 from ssr_sglang.srt.config import (RequestConfig, SSRConfigError, client_drafts, parse_request,
                                    server_config_from_env)
-from ssr_sglang.srt.request_state import ANSWER, PLAIN, REASONING, RequestSSR, ThinkIds
+from ssr_sglang.srt.request_state import ANSWER, PLAIN, REASONING, RequestSSR
+from ssr_sglang.srt.think_ids import ThinkIds
 
 IDS = ThinkIds(start=[3], end=[4], force=[9, 4, 9, 9], force_tail=[9, 9])
 
@@ -136,12 +137,28 @@ def test_think_markers_from_reasoning_parser_and_vocab():
         think_ids(tok, resolve_markers(tok, "qwen3", None, force_text="no end here"))
 
 
+def test_think_ids_come_from_the_server_config_not_the_environment(monkeypatch):
+    from transformers import AutoTokenizer
+
+    from ssr_sglang.models import bundled_model_path
+    from ssr_sglang.srt.think_ids import from_config
+
+    tok = AutoTokenizer.from_pretrained(bundled_model_path())
+    monkeypatch.setenv("SSR_FORCE_ANSWER_TEXT", "no think end in here")  # read once, into the config only
+    ids = from_config(tok, "qwen3", None, server_config_from_env({}))
+    assert ids.end == [4] and ids.force[1] == 4
+    forced = from_config(tok, "qwen3", None, server_config_from_env({"SSR_FORCE_ANSWER_TEXT": "</think>\n\nA:"}))
+    assert forced.force[0] == 4 and forced.force_tail == forced.force[1:] and forced.force != ids.force
+    with pytest.raises(SSRConfigError, match="SSR_THINK_END must be set too"):
+        server_config_from_env({"SSR_THINK_START": "<think>"})
+
+
 def test_queued_drafts_yield_to_real_requests(monkeypatch):
     from types import SimpleNamespace
 
     from ssr_sglang.srt import active, hooks
 
-    monkeypatch.setattr(active, "WORKER", SimpleNamespace(is_hidden=lambda rid: "#ssr-" in rid))
+    monkeypatch.setattr(active, "MANAGER", SimpleNamespace(is_hidden=lambda rid: "#ssr-" in rid))
     queue = [SimpleNamespace(rid=r) for r in ("a#ssr-0000", "b", "a#ssr-0001", "c")]
 
     def lpm_like_sort(self, wq, *args, **kwargs):  # SGLang's policy put the long-prefix drafts first

@@ -1,4 +1,5 @@
-"""SSR state reconciliation and per-request disabling, against stand-ins for SGLang's scheduler.
+"""The draft manager's endings, reconciliation and per-request disabling, against stand-ins for SGLang's
+scheduler and requests (real :class:`DraftManager` and :class:`RequestSSR` states).
 
 The same paths run on a real server in tests/reliability/test_lifecycle.py; here each is forced
 deterministically.
@@ -8,35 +9,24 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
-from ssr_sglang.srt import lifecycle
-from ssr_sglang.srt.worker import SSRWorker, unsupported_request
+from ssr_sglang.srt.config import RequestConfig, ServerConfig
+from ssr_sglang.srt.draft_manager import DraftManager, unsupported_request
+from ssr_sglang.srt.request_state import RequestSSR
+from ssr_sglang.srt.think_ids import ThinkIds
+
+IDS = ThinkIds(start=[1], end=[2], force=[2], force_tail=[])
 
 
-class Branch(NS):
-    pass
-
-
-def state(rid, drafts=(), parent=None):
-    st = NS(rid=rid, is_draft=parent is not None, parent_rid=parent, schedule=object(),
-            drafts=[Branch(rid=d, finished=False, cancelled=False) for d in drafts],
-            counters=NS(drafts_cancelled=0))
-
-    def close_draft(b, cancelled):
-        b.finished, b.cancelled = True, cancelled
-        st.counters.drafts_cancelled += cancelled
-
-    st.close_draft = close_draft
-    return st
-
-
-def worker(*states):
-    w = NS(requests={s.rid: s for s in states}, disabled={}, pending_aborts=[], _failures_logged=set(),
-           lifecycle_counts={"ended_by_abort_output": 0, "reconciled": 0}, totals=NS(added=[]),
-           export_metrics=lambda: None)
-    w.totals.add = w.totals.added.append
-    w.is_hidden = lambda rid: rid in w.requests and w.requests[rid].is_draft
-    w.disable = lambda rid, reason, exc=None: SSRWorker.disable(w, rid, reason, exc)
-    return w
+def manager(**parents):
+    """A manager holding ``parents`` (rid -> draft rids), each draft registered as SGLang would hold it."""
+    m = DraftManager(ServerConfig(), IDS, num_nodes=4, vocab_size=100, max_draft_batch=4, policy=None)
+    m.export_metrics = lambda: None
+    for rid, drafts in parents.items():
+        st = m.requests[rid] = RequestSSR(rid, RequestConfig(), IDS, [1], 4)
+        for d in drafts:
+            st.add_draft(d, checkpoint=0)
+            m.requests[d] = RequestSSR(d, st.cfg, IDS, (), 4, is_draft=True, parent_rid=rid)
+    return m
 
 
 def scheduler(running=(), waiting=()):
@@ -47,55 +37,65 @@ def scheduler(running=(), waiting=()):
 
 
 def test_reconcile_drops_parents_the_scheduler_no_longer_holds_and_aborts_their_drafts():
-    gone = state("gone", drafts=["gone#ssr-0000"])
-    live = state("live", drafts=["live#ssr-0000"])
-    w = worker(gone, state("gone#ssr-0000", parent="gone"), live, state("live#ssr-0000", parent="live"))
+    m = manager(gone=["gone#ssr-0000"], live=["live#ssr-0000"])
+    gone = m.requests["gone"]
     s = scheduler(running=["live", "gone#ssr-0000"], waiting=["live#ssr-0000"])
-    assert lifecycle.reconcile(s, w) == 1
-    assert set(w.requests) == {"gone#ssr-0000", "live", "live#ssr-0000"}  # the draft ends through SGLang
-    assert s.aborted == ["gone#ssr-0000"] and gone.drafts[0].cancelled and w.totals.added == [gone]
+    assert m.reconcile(s) == 1
+    assert set(m.requests) == {"gone#ssr-0000", "live", "live#ssr-0000"}  # the draft ends through SGLang
+    assert s.aborted == ["gone#ssr-0000"] and gone.drafts[0].cancelled
+    assert m.totals.requests == 1 and m.totals.counters.drafts_cancelled == 1
     # once the aborted draft has left the scheduler, its state goes too
     s.running_batch.reqs = [NS(rid="live")]
-    assert lifecycle.reconcile(s, w) == 1 and set(w.requests) == {"live", "live#ssr-0000"}
-    assert lifecycle.reconcile(s, w) == 0
+    assert m.reconcile(s) == 1 and set(m.requests) == {"live", "live#ssr-0000"}
+    assert m.reconcile(s) == 0
+    assert m.server_info()["reconciled"] == 2 and m.server_info()["active_requests"] == 1
 
 
 def test_reconcile_reads_every_place_a_request_lives():
-    w = worker(*(state(r) for r in "abcdef"))
+    m = manager(**{r: [] for r in "abcdef"})
     s = scheduler(running=["a"], waiting=["b"])
     s.last_batch = NS(reqs=[NS(rid="c")])
     s.chunked_req = NS(rid="d")
     s.grammar_manager.grammar_queue = [NS(rid="e")]
-    assert lifecycle.reconcile(s, w, NS(reqs=[NS(rid="f")])) == 0
-    assert lifecycle.reconcile(s, w, None) == 1 and "f" not in w.requests
+    assert m.reconcile(s, NS(reqs=[NS(rid="f")])) == 0
+    assert m.reconcile(s, None) == 1 and "f" not in m.requests
 
 
 def test_disabling_a_draft_disables_its_parent_and_queues_the_aborts():
-    parent = state("p", drafts=["p#ssr-0000", "p#ssr-0001"])
-    w = worker(parent, state("p#ssr-0000", parent="p"), state("p#ssr-0001", parent="p"))
-    w.disable("p#ssr-0001", "building proposals failed: boom", RuntimeError("boom"))
-    assert w.disabled["p"] == "building proposals failed: boom" and parent.schedule is None
-    assert sorted(w.pending_aborts) == ["p#ssr-0000", "p#ssr-0001"]
-    assert all(b.cancelled for b in parent.drafts)
+    m = manager(p=["p#ssr-0000", "p#ssr-0001"])
+    parent = m.requests["p"]
+    m.disable("p#ssr-0001", "building proposals failed: boom", RuntimeError("boom"))
+    assert m.disabled["p"] == "building proposals failed: boom" and parent.schedule is None
+    assert sorted(m.pending_aborts) == ["p#ssr-0000", "p#ssr-0001"]
+    assert all(b.cancelled for b in parent.drafts) and parent.counters.drafts_cancelled == 2
     s = scheduler(running=["p", "p#ssr-0000", "p#ssr-0001"])
-    lifecycle.flush_aborts(s, w)
-    assert sorted(s.aborted) == ["p#ssr-0000", "p#ssr-0001"] and not w.pending_aborts
+    m.flush_aborts(s)
+    assert sorted(s.aborted) == ["p#ssr-0000", "p#ssr-0001"] and not m.pending_aborts
+
+
+def test_abort_output_of_a_parent_drops_it_and_aborts_its_drafts():
+    m = manager(p=["p#ssr-0000"])
+    s = scheduler(running=["p#ssr-0000"])
+    m.on_abort_output(s, NS(rid="p", output_ids=[5, 6], finished_reason=None))
+    assert "p" not in m.requests and s.aborted == ["p#ssr-0000"]
+    assert m.server_info()["ended_by_abort_output"] == 1 and m.totals.requests == 1
+    # the draft's own abort output closes it without reaching a client
+    m.on_abort_output(s, NS(rid="p#ssr-0000", output_ids=[], finished_reason=None))
+    assert not m.requests and not m.disabled
 
 
 def test_failing_fork_disables_the_request_it_belongs_to(monkeypatch):
-    from ssr_sglang.srt import drafts
-
     reqs = [NS(rid=r, finished=lambda: False) for r in ("a", "b", "c")]
+    m = manager(a=[], b=[], c=[])
 
-    def maybe_fork(scheduler, worker, batch):
+    def fork_due(scheduler, batch):
         for req in batch.reqs:
             if req.rid == "b":
                 raise ValueError("constructor changed")
 
-    monkeypatch.setattr(drafts, "maybe_fork", maybe_fork)
-    w = worker(*(state(r.rid) for r in reqs))
-    lifecycle.after_batch(scheduler(running="abc"), w, NS(reqs=reqs), counted=True)
-    assert list(w.disabled) == ["b"] and "constructor changed" in w.disabled["b"]
+    monkeypatch.setattr(m, "fork_due", fork_due)
+    m.after_batch(scheduler(running="abc"), NS(reqs=reqs), counted=True)
+    assert list(m.disabled) == ["b"] and "constructor changed" in m.disabled["b"]
 
 
 def test_multimodal_requests_get_no_drafts():

@@ -1,0 +1,79 @@
+"""``StageClock``: each batch's wall time, charged to its requests' stages and to the drafting policy.
+
+The worker marks when a step's forward began and how many tree nodes it verified
+(:meth:`StageClock.step_ran`); when the batch's results arrive, the draft manager has the time charged
+(:meth:`StageClock.charge`). Stage times only feed ``meta_info["ssr"]`` and, on a single rank, the
+cost-aware drafting policy; nothing else decides from them (tensor-parallel ranks time differently).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping, Optional
+
+from ssr_sglang.srt.request_state import REASONING
+
+
+class StageClock:
+    def __init__(self, policy, num_nodes: int, cuda: bool = False):
+        self.policy = policy  # a DraftPolicy, or None (tensor parallel): then no step costs are observed
+        self._cuda = cuda
+        self.step_started: Optional[float] = None  # perf_counter() when the current step's forward began
+        self.step_width = num_nodes  # tree nodes the current step verified
+        self._last_result: Optional[float] = None  # perf_counter() when the last batch's results arrived
+
+    def step_ran(self, started: float, width: int) -> None:
+        """The worker ran a step's forward from ``started`` (perf_counter), verifying ``width`` nodes."""
+        self.step_started, self.step_width = started, width
+
+    def charge(self, batch, states: Mapping) -> None:
+        """When a batch's results arrive: charge its wall time to the requests' stages (``states``: rid ->
+        :class:`~ssr_sglang.srt.request_state.RequestSSR`). Once per step; a batch the worker did not
+        run is not charged.
+
+        Decode steps go to each client request's reasoning or answer (verify) time, flagged when a
+        draft of the request was in the same batch; a prefill batch's share per draft it started goes
+        to the parent's draft prefill time.
+        """
+        started = self.step_started
+        if started is None:
+            return
+        self.step_started = None
+        if self._cuda:  # result processing waits for the device next anyway
+            import torch
+
+            torch.cuda.current_stream().synchronize()
+        now = time.perf_counter()
+        seconds = now - started
+        # The policy pays for whole scheduler iterations (result processing, batch building and the
+        # forward), i.e. the time since the last batch's results; a gap much longer than the forward
+        # was idle time, not the step.
+        loop = now - self._last_result if self._last_result is not None else None
+        self._last_result = now
+        loop = loop if loop is not None and loop <= 3 * seconds else None
+        batch_states = [states.get(r.rid) for r in batch.reqs]
+        if batch.forward_mode.is_decode():
+            self._decode(batch_states, seconds, loop)
+        else:
+            self._prefill(batch_states, states, seconds, loop)
+
+    def _decode(self, batch_states, seconds: float, loop: Optional[float]) -> None:
+        with_draft = {st.parent_rid for st in batch_states if st is not None and st.is_draft}
+        drafts = sum(1 for st in batch_states if st is not None and st.is_draft)
+        if self.policy is not None and loop is not None:
+            reasoning = all(st is not None and (st.is_draft or st.phase == REASONING) for st in batch_states)
+            self.policy.observe_step(len(batch_states) - drafts, drafts, loop, reasoning)
+        for st in batch_states:
+            if st is not None and not st.is_draft:
+                st.note_step_time(seconds, st.rid in with_draft)
+                st.counters.verify_steps += 1
+                st.counters.verify_nodes += self.step_width
+
+    def _prefill(self, batch_states, states: Mapping, seconds: float, loop: Optional[float]) -> None:
+        share = seconds / max(1, len(batch_states))
+        for st in batch_states:
+            parent = states.get(st.parent_rid) if st is not None and st.is_draft else None
+            if parent is not None:
+                parent.counters.draft_prefill_time_s += share
+                if self.policy is not None and loop is not None:
+                    self.policy.observe_prefill(loop / max(1, len(batch_states)))
