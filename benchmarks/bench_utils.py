@@ -25,7 +25,7 @@ from typing import Optional
 
 import requests
 
-from ssr_sglang.main_job import flush_cache, run_one  # noqa: F401 (re-exported)
+from ssr_sglang.testing.http import flush_cache, run_one  # noqa: F401 (re-exported)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_ROOT = (ROOT / ".." / "shared" / "data").resolve()

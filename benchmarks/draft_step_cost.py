@@ -24,7 +24,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     from transformers import AutoTokenizer
 
-    from ssr_sglang.main_job import parse_args, run_one, server_args
+    from ssr_sglang.main_job import parse_args, server_args
+    from ssr_sglang.testing.http import run_one
     from ssr_sglang.models import bundled_model_path, tasks
     from ssr_sglang.testing.server import Server
 

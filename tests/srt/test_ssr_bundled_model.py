@@ -65,11 +65,14 @@ def test_prometheus_and_server_info(bundled):
     import requests
 
     server, prompts, _ = bundled
-    server.generate(input_ids=prompts[0], max_new_tokens=512)
+    before = server.server_info()["internal_states"][0]["ssr"]
+    meta = server.generate(input_ids=prompts[0], max_new_tokens=512)["meta_info"]["ssr"]
+    assert meta["drafts_started"] >= 1, meta
     text = requests.get(server.url + "/metrics", timeout=10).text
     assert "sglang:ssr_accepted_prefix" in text and "sglang:ssr_drafts_started" in text
     info = server.server_info()["internal_states"][0]["ssr"]
-    assert info["requests"] >= 1 and info["drafts_started"] >= 1
+    assert info["requests"] == before["requests"] + 1, (before, info)
+    assert info["drafts_started"] == before["drafts_started"] + meta["drafts_started"], (before, info, meta)
 
 
 def test_openai_chat_separates_reasoning_and_answer(bundled):
@@ -90,7 +93,7 @@ def test_openai_chat_separates_reasoning_and_answer(bundled):
 def test_seeded_drafts_accept_their_predecessors_text(bundled):
     """Iterative SSR: a draft forked after an earlier one gets the earlier draft's answer, as it stands
     at the fork, as its proposals, so it decodes mostly by accepting it."""
-    from ssr_sglang.main_job import flush_cache
+    from ssr_sglang.testing.http import flush_cache
 
     server, prompts, _ = bundled
     seeded, unseeded = [], []
