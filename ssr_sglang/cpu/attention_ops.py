@@ -21,9 +21,10 @@ extend/decode kernels):
   KV buffers stored as fp8 are dequantised with ``key_scale`` / ``value_scale``.
 
 Exact verify rows (``SSR_CPU_EXACT_VERIFY=1``): a tree-verify query is computed as one query over
-exactly the keys it sees (the cached prefix, then its ancestors and itself, in position order), end-
-padded as a batched decode step pads -- the same computation as the decode step of that token after
-its path was accepted, so verify and decode attention agree bit for bit. By default verify queries of
+exactly the keys it sees (the cached prefix, then its ancestors and itself, in position order), with
+no padding (queries of equal length share one product) -- the same computation as the decode step of
+that token after its path was accepted, alone or in any batch (decode steps group by length in this
+mode too), so verify and decode attention agree bit for bit. By default verify queries of
 a request share one product over all its keys, masked: a matmul over more query rows, or over masked
 keys between visible ones, rounds differently in float32, and in a bf16 model that flips a rounding
 now and then. The exact rows cost more (every row reads its whole prefix).
@@ -113,7 +114,28 @@ def _attend(
     return out.permute(0, 3, 1, 2, 4).reshape(b, m, h, v.shape[-1])
 
 
-def _attend_one(
+def _attend_one(q, k, v, lens, sm_scale: float, logit_cap: float, sinks) -> torch.Tensor:
+    """Attention of one query over its own keys, for ``B`` independent problems (see
+    :func:`_attend_padded`); returns ``[B, H, Dv]``.
+
+    In exact mode the problems run in groups of equal length, each over exactly its own keys: a
+    product over end-padded (masked) keys can round differently from the same product without them
+    (measured: 1 in 300 bf16 outputs at SmolLM2's head sizes), so a row's result would depend on
+    the longest row beside it. Grouped, a tree-verify row, a decode step alone and a decode step in
+    any batch compute alike. Example: ``lens = [40, 42, 40]`` -> one call for problems 0 and 2 over
+    40 keys, one for problem 1 over 42.
+    """
+    width = k.shape[1]
+    if not EXACT_VERIFY or bool((lens == width).all()):
+        return _attend_padded(q, k, v, lens, sm_scale, logit_cap, sinks)
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.float32)
+    for n in torch.unique(lens).tolist():
+        idx = (lens == n).nonzero().flatten()
+        out[idx] = _attend_padded(q[idx], k[idx, :n], v[idx, :n], lens[idx], sm_scale, logit_cap, sinks)
+    return out
+
+
+def _attend_padded(
     q: torch.Tensor,  # [B, H, Dq] float32: one query per problem
     k: torch.Tensor,  # [B, L, Hkv, Dq] float32
     v: torch.Tensor,  # [B, L, Hkv, Dv] float32
@@ -122,7 +144,8 @@ def _attend_one(
     logit_cap: float,
     sinks: Optional[torch.Tensor],  # [H] float32 or None
 ) -> torch.Tensor:
-    """Attention of one query over its own keys, for ``B`` independent problems; returns ``[B, H, Dv]``.
+    """Attention of one query over its keys ``[0, lens[b])`` of ``k``/``v`` (the rest is masked), for
+    ``B`` independent problems; returns ``[B, H, Dv]``.
 
     The query heads that share a key head form the rows of one product with that head's keys, so
     keys and values are read once (no copy per query head). Decode steps and tree-verify rows both

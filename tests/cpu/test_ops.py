@@ -245,16 +245,45 @@ def test_verify_rows_equal_decode_rows(seed, pass_kv, monkeypatch):
             rows.append(slots[:p] + [slots[p + j] for j in path])
             lens.append(p + len(path))
             queries.append(i * n + r)
-    width = max(lens)
-    r2t = torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.int32)
-    out = torch.empty(len(rows), h, d, dtype=torch.bfloat16)
-    decode_attention_cpu(b["q"][queries], b["k_buffer"], b["v_buffer"], 1.0, 1.0, out, None, None,
-                         torch.zeros(len(rows), dtype=torch.int64), torch.empty(0), r2t,
-                         torch.arange(len(rows)), torch.tensor(lens), 0.125, 0.0)
-    assert torch.equal(out, verify[queries])
+    for row, n, qi in zip(rows, lens, queries):  # each token's decode step alone (batch 1)
+        out = torch.empty(1, h, d, dtype=torch.bfloat16)
+        decode_attention_cpu(b["q"][qi:qi + 1], b["k_buffer"], b["v_buffer"], 1.0, 1.0, out, None, None,
+                             torch.zeros(1, dtype=torch.int64), torch.empty(0),
+                             torch.tensor([row], dtype=torch.int32), torch.arange(1), torch.tensor([n]),
+                             0.125, 0.0)
+        assert torch.equal(out, verify[qi:qi + 1]), f"row {qi}"
     monkeypatch.setattr(attention_ops, "EXACT_VERIFY", False)  # the default path is close, not exact
     shared = _run_extend(b, h=h, dv=d, scale=0.125, tree_mask=flat, pass_kv=pass_kv)
     torch.testing.assert_close(shared, verify, **_tol(torch.bfloat16))
+
+
+def test_exact_rows_do_not_depend_on_padding(monkeypatch):
+    """In exact mode a query's attention beside a longer one (its keys end-padded in a shared product
+    by default) equals, bit for bit, the query alone, at SmolLM2's head sizes (the padded product's
+    float32 result differs from the lone one for most lengths, and after rounding to bf16 now and then,
+    which is enough to change a greedy token over 30 layers)."""
+    from ssr_sglang.cpu import attention_ops
+
+    gen = torch.Generator().manual_seed(0)
+    cases = []
+    for n in range(20, 120, 5):
+        for pad in (1, 3, 7):
+            q = torch.randn(2, 9, 64, generator=gen).bfloat16().float()
+            k, v = (torch.randn(2, n + pad, 3, 64, generator=gen).bfloat16().float() for _ in range(2))
+            cases.append((q, k, v, n, pad))
+
+    def differing() -> int:
+        bad = 0
+        for q, k, v, n, pad in cases:
+            alone = attention_ops._attend_one(q[:1], k[:1, :n], v[:1, :n], torch.tensor([n]), 0.125, 0.0, None)
+            beside = attention_ops._attend_one(q, k, v, torch.tensor([n, n + pad]), 0.125, 0.0, None)[:1]
+            bad += not torch.equal(alone, beside)
+        return bad
+
+    monkeypatch.setattr(attention_ops, "EXACT_VERIFY", False)
+    assert differing() > 0  # the default shared product: padding changes a rounding now and then
+    monkeypatch.setattr(attention_ops, "EXACT_VERIFY", True)
+    assert differing() == 0
 
 
 def test_decode_batch_invariant():
