@@ -5,7 +5,9 @@ starts with ``spawn`` (scheduler, detokenizer) before any plugin code runs. So t
 every interpreter start, and does almost nothing unless ``SGLANG_USE_CPU_ENGINE=1``:
 
 * it sets ``OMP_NUM_THREADS=1`` and ``SGLANG_CPU_OMP_THREADS_BIND=0`` unless the user set them
-  (with 2 OpenMP threads every op ran about 25x slower on a 2-core machine);
+  (with 2 OpenMP threads every op ran about 25x slower on a 2-core machine); the bind default is for
+  one rank, and a server with more ranks (``--tp-size``/``--dp-size``) widens it to one core group per
+  rank in each rank's process (:mod:`ssr_sglang.cpu.parallel`);
 * it installs an import finder that, when ``sgl_kernel`` is imported and the real package fails to
   load (no CPU build of sgl-kernel is on PyPI; the CUDA one needs ``libcuda.so.1``), serves the
   pure-torch stand-ins of :mod:`ssr_sglang.cpu.sgl_kernel_shim` under that name instead.
@@ -27,6 +29,8 @@ def cpu_engine_requested() -> bool:
 
 
 def apply_cpu_env_defaults() -> None:
+    if "SGLANG_CPU_OMP_THREADS_BIND" not in os.environ:
+        os.environ["SSR_SGLANG_CPU_BIND_DEFAULTED"] = "1"  # ours, so ssr_sglang.cpu.parallel may widen it
     for key, value in CPU_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
 

@@ -14,6 +14,10 @@ logger = logging.getLogger(__name__)
 def register() -> None:
     from ssr_sglang.cpu import bootstrap
 
+    if bootstrap.cpu_engine_requested():
+        from ssr_sglang.cpu import parallel
+
+        parallel.install()  # --tp-size / --dp-size on CPU: a bind group per rank, gloo groups without NCCL
     if bootstrap.cpu_engine_requested() and bootstrap.shim_active():
         _keep_intel_amx_attention()
         from ssr_sglang.cpu import eagle_sampling

@@ -13,7 +13,8 @@ from typing import Optional, Sequence
 
 import requests
 
-CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0"}
+# SGLANG_CPU_OMP_THREADS_BIND is left to the CPU bootstrap's default, which TP/DP servers widen per rank
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
 
 
 def free_port() -> int:
