@@ -34,6 +34,9 @@ def register() -> None:
 
     hooks.install()
     sglang_fixes.install()  # SGLang bugs, fixed on every speculative server (NGRAM too)
+    from ssr_sglang.srt import consensus
+
+    consensus.install()  # after SSR's hooks: TP ranks compare their draft decisions after each step
 
 
 def _register_algorithm() -> None:

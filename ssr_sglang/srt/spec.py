@@ -44,6 +44,9 @@ class SSRSpecAlgo(CustomSpecAlgo):
         from ssr_sglang.srt.config import server_config_from_env
 
         server_config_from_env()  # a bad SSR_* variable fails start-up here, naming it
+        from ssr_sglang.srt.consensus import check_every
+
+        check_every()  # SSR_TP_CONSENSUS_EVERY, likewise
         from ssr_sglang.srt import compat
 
         compat.check_static()  # an SGLang internal SSR relies on is missing: stop, naming it

@@ -1,0 +1,225 @@
+"""Rank consensus for SSR under tensor parallelism: every rank must make the same draft decisions.
+
+Each tensor-parallel rank runs its own scheduler and its own SSR state: it forks drafts, skips them,
+cancels them and builds proposal trees on its own. Nothing is sent between ranks, because every input
+of those decisions is identical on all ranks *by construction*:
+
+* token ids and request counts: SGLang broadcasts each incoming request from TP rank 0 to the other
+  ranks, every rank schedules the same batches, and the verify step commits the same tokens on every
+  rank (the lm head's logits are all-gathered, so each rank samples from the same full logits; sampled
+  requests draw from the same seeded generator);
+* the scheduler's queues (``waiting_queue``: "real requests are waiting"), the running batch's size
+  (``SSR_MAX_BATCH``), the KV pool's usage (``SSR_MAX_KV_USAGE``: allocator free size plus evictable
+  radix-cache tokens, whose pool size SGLang makes equal across ranks and whose allocations follow the
+  identical batches) and SGLang's n-gram corpus (queried after ``synchronize()``, filled with the same
+  tokens);
+* the drafting policy: the cost-aware policy measures this process's own timers, which differ per
+  rank, so under TP it is not used at all (``SSRWorker`` passes ``policy=None``) and requests follow
+  their fixed schedules (token counts only). Stage timers are still measured per rank, but only for
+  ``meta_info`` (TP rank 0's are reported); no decision reads them.
+
+A by-construction argument can be wrong (a future SGLang change, a timer that slips into a decision),
+and a divergence would mean wrong tokens or a collective that hangs. So this module checks it: each
+rank folds what it decided into a running digest — per client request its draft rids, fork points,
+finished/cancelled flags, skip count and the decision log (``meta_info["ssr"]["decisions"]``,
+reasons included), and per verify step the batch's rids, the proposal trees' token ids and the
+accepted lengths — and after every scheduler step (``SSR_TP_CONSENSUS_EVERY``, default 1; 0 turns
+the check off) the ranks all-gather their digests over the TP group's CPU (gloo) group. A mismatch
+raises :class:`RankDivergence` on every rank (each sees the same gathered digests), which stops the
+server with the ranks' digests and this rank's latest records in the message, instead of serving
+wrong tokens. The figures are in ``/server_info`` → ``internal_states[0]["ssr"]["consensus"]``.
+
+Installed from the plugin entry point as ``HookRegistry`` AFTER hooks, registered after SSR's own
+hooks so they run after SSR's bookkeeping of the step; a pass-through unless this process is an SSR
+scheduler with a TP group of more than one rank.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import os
+from typing import Callable, List, Optional
+
+logger = logging.getLogger(__name__)
+
+EVERY_ENV = "SSR_TP_CONSENSUS_EVERY"
+SCHED = "sglang.srt.managers.scheduler.Scheduler"
+STEP_TARGET = f"{SCHED}.process_batch_result"
+VERIFY_TARGET = "sglang.srt.speculative.eagle_utils.eagle_sample"
+INFO_TARGET = ("sglang.srt.managers.scheduler_components.internal_state."
+               "SchedulerInternalStateController._add_speculative")
+TARGETS = (STEP_TARGET, VERIFY_TARGET, INFO_TARGET)
+
+
+class RankDivergence(RuntimeError):
+    """Tensor-parallel ranks made different SSR decisions."""
+
+
+def check_every() -> int:
+    raw = os.environ.get(EVERY_ENV, "1").strip()
+    try:
+        every = int(raw)
+    except ValueError:
+        every = -1
+    if every < 0:
+        raise ValueError(f"environment variable {EVERY_ENV} must be an integer >= 0 (0: no check), got {raw!r}")
+    return every
+
+
+class RankConsensus:
+    """One rank's running digest of its SSR decisions, compared across ranks every ``every`` steps.
+
+    ``gather`` takes this rank's ``(digest, records)`` and returns every rank's, in rank order (a
+    collective: every rank calls :meth:`step` the same number of times, once per scheduler step)."""
+
+    def __init__(self, rank: int, world: int, every: int, gather: Callable[[int, int], List[tuple]]):
+        self.rank, self.world, self.every = rank, world, every
+        self._gather = gather
+        self._hash = hashlib.blake2b(digest_size=8)
+        self.records = 0
+        self.steps = 0
+        self.checks = 0
+        self.rank_digests: List[str] = []
+        self._recent = collections.deque(maxlen=6)  # readable tails of the latest records, for the error
+        self._seen: dict = {}  # rid -> the last folded signature of its SSR state
+
+    @property
+    def digest(self) -> int:
+        return int.from_bytes(self._hash.digest(), "little", signed=True)
+
+    def record(self, kind: str, payload: bytes, note: str = "") -> None:
+        self._hash.update(kind.encode() + b"\0" + payload + b"\1")
+        self.records += 1
+        self._recent.append(f"{kind} {note or payload[:120]!r}")
+
+    def note_state(self, rid: str, signature: tuple) -> None:
+        """Fold a client request's decision state when it changed since it was last folded."""
+        if self._seen.get(rid) != signature:
+            self._seen[rid] = signature
+            self.record("state", repr((rid, signature)).encode(), f"{rid}: {signature!r}"[:300])
+
+    def forget(self, live_rids) -> None:
+        for rid in [r for r in self._seen if r not in live_rids]:
+            del self._seen[rid]
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.every and self.steps % self.every == 0:
+            self.check()
+
+    def check(self) -> None:
+        everyone = self._gather(self.digest, self.records)
+        self.checks += 1
+        self.rank_digests = [f"{d & (2**64 - 1):016x}/{n}" for d, n in everyone]
+        if any(tuple(x) != tuple(everyone[0]) for x in everyone):
+            raise RankDivergence(
+                f"SSR draft decisions diverged across tensor-parallel ranks at scheduler step {self.steps}: "
+                f"rank digests/records {self.rank_digests}; latest records on rank {self.rank}: "
+                f"{list(self._recent)}")
+
+    def summary(self) -> dict:
+        return {"ranks": self.world, "every": self.every, "steps": self.steps, "checks": self.checks,
+                "records": self.records, "rank_digests": self.rank_digests,
+                "agreed": bool(self.rank_digests) and len(set(self.rank_digests)) == 1}
+
+
+_installed = False
+_consensus: Optional[RankConsensus] = None
+_made = False
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(STEP_TARGET, _after_step, HookType.AFTER)
+    HookRegistry.register(VERIFY_TARGET, _after_verify, HookType.AFTER)
+    HookRegistry.register(INFO_TARGET, _after_internal_state, HookType.AFTER)
+
+
+def _torch_gather(group):
+    import torch
+    import torch.distributed as dist
+
+    def gather(digest: int, records: int) -> List[tuple]:
+        mine = torch.tensor([digest, records], dtype=torch.int64)
+        out = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(out, mine, group=group)
+        return [tuple(int(v) for v in t.tolist()) for t in out]
+
+    return gather
+
+
+def _owner():
+    """What holds this scheduler's SSR request states (``.requests``): the draft manager (the worker
+    before the draft-manager refactor)."""
+    from ssr_sglang.srt import active
+
+    return getattr(active, "MANAGER", None) or getattr(active, "WORKER", None)
+
+
+def current() -> Optional[RankConsensus]:
+    """This scheduler's consensus check, made on first use: only on an SSR server with TP > 1."""
+    global _consensus, _made
+    if _made:
+        return _consensus
+    if _owner() is None:
+        return None  # not an SSR scheduler (or not yet built): ask again later
+    _made = True
+    from sglang.srt.distributed.parallel_state import get_tp_group
+
+    tp = get_tp_group()
+    every = check_every()
+    if tp.world_size > 1 and every:
+        _consensus = RankConsensus(tp.rank_in_group, tp.world_size, every, _torch_gather(tp.cpu_group))
+        logger.info("SSR rank consensus on: %d TP ranks compare their draft decisions every %d step(s)",
+                    tp.world_size, every)
+    return _consensus
+
+
+def _signature(st) -> tuple:
+    """What a client request decided so far: its drafts, skips and decision log (reasons included)."""
+    c = st.counters
+    drafts = tuple((b.rid, b.checkpoint, b.seeded, b.finished, b.cancelled) for b in st.drafts)
+    last = st.decisions[-1] if st.decisions else None
+    return (st.phase, drafts, c.drafts_started, c.drafts_skipped, c.drafts_cancelled,
+            len(st.decisions), json.dumps(last, sort_keys=True, default=str) if last else "")
+
+
+def _after_step(result, scheduler, batch, *args, **kwargs):
+    """After SSR's bookkeeping of a step (forks, skips, cancels): fold, then compare across ranks."""
+    con = current()
+    if con is None:
+        return result
+    m = _owner()
+    for rid, st in sorted(m.requests.items()):
+        if not st.is_draft:
+            con.note_state(rid, _signature(st))
+    con.forget(m.requests)
+    con.step()
+    return result
+
+
+def _after_verify(result, verify_input, batch, *args, **kwargs):
+    """A verify step: the batch's rids, the trees handed to the verifier, what each row accepted."""
+    con = current()
+    if con is None:
+        return result
+    tokens = verify_input.draft_token.detach().to("cpu").numpy().tobytes()
+    accept_lens = result[1].detach().to("cpu").numpy().tobytes()
+    rids = "\0".join(r.rid for r in batch.reqs).encode()
+    con.record("verify", rids + b"\0" + tokens + b"\0" + accept_lens, f"{len(batch.reqs)} requests")
+    return result
+
+
+def _after_internal_state(result, controller, state, *args, **kwargs):
+    con = _consensus
+    if con is not None and isinstance(state.get("ssr"), dict):
+        state["ssr"]["consensus"] = con.summary()
+    return result
