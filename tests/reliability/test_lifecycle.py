@@ -113,7 +113,8 @@ def test_faults_disable_ssr_for_the_request_only(server, refs, chat_prompts, pla
     assert sum(o["meta_info"]["ssr"]["drafts_started"] for (rid, _, _), (_, o) in zip(jobs, outs)
                if rid.startswith("ok-")) >= 1, "no normal request forked a draft: the fork fault went untested"
     log = open(server.log_path, errors="replace").read()
-    assert log.count("InjectedFault") >= 2  # each kind of failure logged once with its traceback
+    for point in ("fork", "propose", "finish"):  # each kind of failure logged once with its traceback
+        assert f"injected fault at {point} (fault-{point}-" in log, point
     assert_no_state(server)
 
 

@@ -31,10 +31,12 @@ def test_greedy_identical_to_plain_batch_1(ssr_server, chat_prompts, plain_outpu
         assert out["output_ids"] == ref
         ssr = out["meta_info"]["ssr"]
         assert ssr["phase"] in ("reasoning", "answer"), ssr
-        if ssr["reasoning_tokens"] >= CHECKPOINTS[0] + 8:  # 8: one verify step may jump past a checkpoint
-            assert ssr["drafts_started"] >= 1, ssr
+        # one draft per checkpoint passed (a checkpoint within 8 tokens of the end, one verify step, may not be)
+        passed = ssr["reasoning_tokens"]
+        due = sum(c + 8 <= passed for c in CHECKPOINTS), sum(c <= passed for c in CHECKPOINTS)
+        assert due[0] <= ssr["drafts_started"] <= due[1], ssr
         forked += ssr["drafts_started"]
-    assert forked >= len(chat_prompts) // 2
+    assert forked >= 34, forked  # 37 measured (16 prompts, 2026-11-30): most prompts reason past all three
 
 
 def test_greedy_identical_to_plain_8_concurrent(ssr_server, chat_prompts, plain_outputs):
@@ -69,8 +71,10 @@ def test_client_draft_gives_long_acceptance(ssr_server, chat_prompts, tokenizer)
     assert again["output_ids"] == first["output_ids"]
     ssr = again["meta_info"]["ssr"]
     assert ssr["phase"] == "answer"
-    assert ssr["answer_accept_length"] > 2, ssr
-    assert ssr["accepted_prefix"] > 48
+    # the draft is the output itself: nearly every step accepts the whole tree depth (measured 8.08 tokens
+    # a step, 84 of 97 answer tokens from the draft; 2026-11-30)
+    assert ssr["answer_accept_length"] >= 7, ssr
+    assert ssr["accepted_prefix"] >= 80, ssr
     # A wrong draft costs nothing in exactness.
     wrong = [(t + 1) % 500 for t in first["output_ids"]]
     bad = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True},
@@ -129,9 +133,9 @@ def test_per_request_schedule(ssr_server, chat_prompts):
     out = ssr_server.generate(input_ids=chat_prompts[4], max_new_tokens=128, sampling={"ignore_eos": True},
                               custom_params={"ssr_every": 20, "ssr_max_drafts": 3, "ssr_max_draft_tokens": 8})
     ssr = out["meta_info"]["ssr"]
-    if ssr["reasoning_tokens"] >= 60:
-        assert ssr["drafts_started"] == 3
-        assert ssr["draft_tokens"] <= 3 * (8 + 7)  # a verify step may overshoot the cap by N-1 tokens
+    assert ssr["reasoning_tokens"] >= 60, ssr  # three checkpoints (20, 40, 60) are passed
+    assert ssr["drafts_started"] == 3, ssr
+    assert ssr["draft_tokens"] <= 3 * (8 + 7)  # a verify step may overshoot the cap by N-1 tokens
 
 
 def test_non_reasoning_prompt_is_plain(ssr_server, plain_server):
@@ -188,9 +192,14 @@ def _stream_then_abort(server, body, after_chunks):
     return seen
 
 
+def ssr_totals(server) -> dict:
+    return server.server_info()["internal_states"][0]["ssr"]
+
+
 @pytest.mark.parametrize("phase", ["reasoning", "draft", "answer", "disconnect"])
 def test_abort_in_each_phase_leaks_nothing(ssr_server, chat_prompts, tokenizer, phase):
     rid = f"abort-{phase}-{time.time_ns()}"
+    before = ssr_totals(ssr_server)
     sp = {"max_new_tokens": 400, "temperature": 0, "ignore_eos": True}
     if phase == "reasoning":
         body = {"rid": rid, "input_ids": chat_prompts[5], "sampling_params": {**sp, "custom_params": {"ssr_checkpoints": [300]}}}
@@ -212,17 +221,29 @@ def test_abort_in_each_phase_leaks_nothing(ssr_server, chat_prompts, tokenizer, 
                     break
     load = ssr_server.wait_idle(30.0)
     assert load["num_used_tokens"] == 0 and load["num_running_reqs"] == 0, load
-    info = ssr_server.server_info()["internal_states"][0]["ssr"]
+    info = ssr_totals(ssr_server)
     assert info["active_drafts"] == 0 and info["active_requests"] == 0, info
+    assert info["requests"] == before["requests"] + 1, (before, info)
+    if phase in ("draft", "disconnect"):  # the draft was running when its parent ended: it was cancelled
+        started = info["drafts_started"] - before["drafts_started"]
+        assert started == 1 and info["drafts_cancelled"] - before["drafts_cancelled"] == 1, (before, info)
     out = ssr_server.generate(input_ids=chat_prompts[0], max_new_tokens=16)
     assert len(out["output_ids"]) == 16
     log = open(ssr_server.log_path).read()
     assert "leak" not in log.lower()
 
 
-def test_server_info_totals(ssr_server):
-    info = ssr_server.server_info()["internal_states"][0]["ssr"]
-    assert info["requests"] > 0 and info["drafts_started"] > 0
+def test_server_info_totals(ssr_server, chat_prompts):
+    before = ssr_totals(ssr_server)
+    out = ssr_server.generate(input_ids=chat_prompts[0], max_new_tokens=128, sampling={"ignore_eos": True})
+    meta = out["meta_info"]["ssr"]
+    assert meta["drafts_started"] >= 1, meta
+    info = ssr_totals(ssr_server)
+    assert info["requests"] == before["requests"] + 1, (before, info)
+    for key in ("drafts_started", "draft_tokens", "answer_tokens", "reasoning_tokens"):
+        assert info[key] == before[key] + meta[key], (key, before, info, meta)
+    assert info["active_requests"] == info["active_drafts"] == info["active_disabled"] == 0, info
+    assert info["tree_checks"] > before["tree_checks"], info
 
 
 def test_engine_runs_ssr(tiny_llama):
