@@ -58,4 +58,5 @@ def test_bundled_model_heldout_accuracy():
     from ssr_sglang.models.evaluate import evaluate
 
     res = evaluate(bundled_model_path(), n=12, seed=12345, drafts=False)
-    assert res["accuracy"]["answer_exact"] >= 0.6, res["accuracy"]
+    # greedy and deterministic: 12/12 measured (2026-11-30); one miss is allowed for another CPU's rounding
+    assert res["accuracy"]["answer_exact"] >= 11 / 12, res["accuracy"]
