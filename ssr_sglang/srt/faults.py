@@ -14,6 +14,9 @@ before the results are processed), ``finish`` (settling a finished request).
 nodes that repeat a sibling's token (reported in ``/server_info`` as ``tree_checks`` and
 ``duplicate_siblings_seen``; see :func:`ssr_sglang.core.tree.duplicate_siblings`), and the padding
 nodes renamed to get there (``siblings_renamed``).
+
+``SSR_TEST_DRAFT_TOKENS=1`` adds each draft's ``input_ids`` and ``output_ids`` to its entry in
+``meta_info["ssr"]["drafts"]``, so a test can compare a draft with a plain request of the same prompt.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ POINTS = ("fork", "propose", "step", "finish")
 FAULTS = frozenset(p.strip() for p in os.environ.get("SSR_TEST_FAULTS", "").split(",") if p.strip())
 
 CHECK_TREES = os.environ.get("SSR_TEST_CHECK_TREES", "") == "1"
+DRAFT_TOKENS = os.environ.get("SSR_TEST_DRAFT_TOKENS", "") == "1"
 
 
 class InjectedFault(RuntimeError):

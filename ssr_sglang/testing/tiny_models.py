@@ -1,6 +1,7 @@
 """Build small random-init reasoning-style models that SGLang can load, with no model hub.
 
-Each folder holds a ``config.json`` (``Qwen3ForCausalLM`` or ``LlamaForCausalLM``), safetensors weights,
+Each folder holds a ``config.json`` (``Qwen3ForCausalLM``, ``LlamaForCausalLM``, or the hybrid
+``Qwen3_5ForCausalLM``: Gated DeltaNet layers with a full-attention layer every fourth), safetensors weights,
 and a byte-level BPE tokenizer trained locally with ``tokenizers`` that knows ``<think>`` and
 ``</think>`` as single tokens, plus a chat template that opens a think block.
 """
@@ -13,6 +14,9 @@ import random
 from pathlib import Path
 
 from ssr_sglang.models.tokenizer_files import train_chat_tokenizer
+
+
+QWEN3_5_FULL_ATTENTION_INTERVAL = 4
 
 
 def _corpus(seed: int, n_lines: int = 3000) -> list[str]:
@@ -80,12 +84,27 @@ def build_tiny_model(
         config, cls = Qwen3Config(head_dim=hidden_size // num_heads, **common), Qwen3ForCausalLM
     elif arch == "llama":
         config, cls = LlamaConfig(**common), LlamaForCausalLM
+    elif arch == "qwen3_5":  # hybrid: at least 4 layers, each fourth full attention, the others Gated DeltaNet
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+        common["num_hidden_layers"] = n = max(num_layers, QWEN3_5_FULL_ATTENTION_INTERVAL)
+        head_dim = hidden_size // num_heads
+        types = ["full_attention" if (i + 1) % QWEN3_5_FULL_ATTENTION_INTERVAL == 0 else "linear_attention"
+                 for i in range(n)]
+        config = Qwen3_5TextConfig(head_dim=head_dim, layer_types=types, linear_conv_kernel_dim=4,
+                                   linear_key_head_dim=head_dim, linear_value_head_dim=head_dim,
+                                   linear_num_key_heads=num_kv_heads, linear_num_value_heads=num_heads, **common)
+        cls = Qwen3_5ForCausalLM
     else:
-        raise ValueError(f"arch must be 'qwen3' or 'llama', got {arch!r}")
+        raise ValueError(f"arch must be 'qwen3', 'llama' or 'qwen3_5', got {arch!r}")
     torch.manual_seed(seed)
     model = cls(config).to(torch.bfloat16)
     model.save_pretrained(str(out), safe_serialization=True)
     _write_rope_theta(out / "config.json")
+    if arch == "qwen3_5":  # SGLang's Qwen3.5 config reads the interval, transformers writes layer_types only
+        cfg = json.loads((out / "config.json").read_text())
+        cfg["full_attention_interval"] = QWEN3_5_FULL_ATTENTION_INTERVAL
+        (out / "config.json").write_text(json.dumps(cfg, indent=2))
     (out / "generation_config.json").unlink(missing_ok=True)
     return out
 
