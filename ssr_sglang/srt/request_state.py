@@ -1,7 +1,10 @@
 """Per-request SSR state inside the scheduler process: phase, drafts, proposer, counters.
 
-Everything here is decided from token ids and counts only, so every tensor-parallel rank (each
-runs its own scheduler and worker) makes the same decisions.
+A :class:`RequestSSR` is the record of one request; it talks to no part of SGLang. The
+:class:`~ssr_sglang.srt.draft_manager.DraftManager` creates, changes and drops these records (the
+worker's proposal step only advances and settles the one it proposes for). Everything here is decided
+from token ids and counts only, so every tensor-parallel rank (each runs its own scheduler and
+worker) makes the same decisions.
 """
 
 from __future__ import annotations
@@ -14,22 +17,14 @@ from ssr_sglang.core.proposer import ANSWER_ID, DraftProposer, ProposerConfig
 from ssr_sglang.core.simulator import simulate
 from ssr_sglang.core.think_markers import ThinkEndMatcher
 from ssr_sglang.srt.config import RequestConfig
+from ssr_sglang.srt.metrics import SSRCounters
+from ssr_sglang.srt.think_ids import ThinkIds
 
 UNDECIDED, REASONING, ANSWER, PLAIN = "undecided", "reasoning", "answer", "plain"
 # How many leading output tokens may pass before a request that has not opened a think block is
 # treated as non-reasoning (``PLAIN``: no drafts, output exactly as plain decoding).
 THINK_START_WINDOW = 4
 REPLAY_TOKENS = 128  # answer tokens a finished request replays per draft to rate it (drafting policy)
-
-
-@dataclasses.dataclass
-class ThinkIds:
-    """Token ids of the think markers for the served tokenizer."""
-
-    start: List[int]
-    end: List[int]
-    force: List[int]  # appended to a draft's input to make it answer now
-    force_tail: List[int]  # part of ``force`` after the think end: starts every draft answer
 
 
 @dataclasses.dataclass
@@ -54,63 +49,6 @@ class DraftBranch:
         if faults.DRAFT_TOKENS and self.req is not None:  # tests only
             d["input_ids"], d["output_ids"] = list(self.req.origin_input_ids), list(self.req.output_ids)
         return d
-
-
-@dataclasses.dataclass
-class SSRCounters:
-    drafts_started: int = 0
-    drafts_finished: int = 0  # drafts that ended on their own (EOS or their length cap)
-    drafts_cancelled: int = 0  # drafts aborted because their parent finished first
-    drafts_skipped: int = 0
-    draft_tokens: int = 0
-    draft_prompt_tokens: int = 0  # prompt + reasoning + forced end, summed over drafts
-    draft_cached_tokens: int = 0  # of which served from the radix cache (the reused reasoning KV)
-    reasoning_tokens: int = 0
-    answer_tokens: int = 0
-    answer_verify_steps: int = 0
-    draft_answer_steps: int = 0  # answer verify steps with a draft proposal, and the answer tokens
-    draft_answer_tokens: int = 0  # they committed (the rest were n-gram or plain steps)
-    accepted_prefix: int = 0  # answer tokens accepted from aligned drafts' continuations
-    accepted_suffix: int = 0  # ... from suffix matches, of which:
-    accepted_suffix_live: int = 0  # in a draft still decoding
-    accepted_suffix_done: int = 0  # in a draft that ended (finished, cancelled) or was supplied by the client
-    accepted_suffix_answer: int = 0  # in the answer itself (an earlier part of it)
-    # Server-side stage times (scheduler wall time, seconds). A step's time runs from the start of
-    # the worker's forward (proposal building included) to the verified tokens being ready.
-    reasoning_steps: int = 0
-    reasoning_time_s: float = 0.0
-    reasoning_draft_steps: int = 0  # reasoning steps whose batch also decoded a draft of this request
-    reasoning_draft_time_s: float = 0.0
-    draft_prefill_time_s: float = 0.0  # this request's share of prefill batches that started its drafts
-    fork_time_s: float = 0.0  # scheduler time spent forking its drafts
-    verify_time_s: float = 0.0  # answer-phase steps (each one target verification)
-    verify_steps: int = 0  # decode steps in all phases, and the tree nodes they verified: with an
-    verify_nodes: int = 0  # adaptive width (SSR_VERIFY_WIDTH) fewer than steps x num-draft-tokens
-    propose_time_s: float = 0.0  # of which: building the proposals from the drafts (host side)
-
-    def as_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        steps = self.answer_verify_steps
-        d["answer_accept_length"] = round(self.answer_tokens / steps, 4) if steps else None
-        for k, v in d.items():
-            if isinstance(v, float):
-                d[k] = round(v, 6)
-        d["draft_overhead_s"] = self.draft_overhead_s()
-        return d
-
-    def draft_overhead_s(self) -> Optional[float]:
-        """Reasoning time the drafts cost this request: the extra time of reasoning steps that carried
-        a draft, over the mean draft-free reasoning step, plus draft prefill and fork time. ``None``
-        when no reasoning step ran without a draft (no baseline to compare with)."""
-        free_steps = self.reasoning_steps - self.reasoning_draft_steps
-        if not self.reasoning_draft_steps:
-            extra = 0.0
-        elif free_steps <= 0:
-            return None
-        else:
-            base = (self.reasoning_time_s - self.reasoning_draft_time_s) / free_steps
-            extra = max(0.0, self.reasoning_draft_time_s - self.reasoning_draft_steps * base)
-        return round(extra + self.draft_prefill_time_s + self.fork_time_s, 6)
 
 
 class RequestSSR:
@@ -233,8 +171,8 @@ class RequestSSR:
     def draft_replays(self, answer: Sequence[int], max_tokens: int = REPLAY_TOKENS) -> List[tuple]:
         """How good each draft was, whether or not a newer one replaced it: the answer replayed
         against the draft alone (:func:`~ssr_sglang.core.simulator.simulate`), over the answer tokens
-        the draft had written (at most ``max_tokens``). For the first and the newest draft only (a
-        few ms of host time each, once per request). Per draft: (reasoning tokens at its fork,
+        the draft had written (at most ``max_tokens``, which bounds the host time). For the first and the
+        newest draft only, once per request. Per draft: (reasoning tokens at its fork,
         answer tokens replayed, verify steps they took)."""
         if not self.drafts or not answer:
             return []
