@@ -7,8 +7,13 @@ state as a natural answer.
 
 Families included are those whose format is documented in their chat
 templates: Qwen3 / Qwen3.5 / QwQ and DeepSeek-R1 (``<think>…</think>\\n\\n``),
-GLM-4.5 / 4.6 (``<think>…</think>\\n``).  Models with other reasoning
-formats (e.g. gpt-oss channels) are not covered; use :func:`custom`.
+GLM-4.5 / 4.6 (``<think>…</think>\\n``), Gemma 4 (``<|channel>thought\\n…<channel|>``,
+the answer right after the end marker).  gpt-oss (harmony channels) is not
+covered: its ``<|end|>`` ends every message, not only the reasoning, and its
+answer opens a new message (:data:`UNSUPPORTED_PARSERS`); use :func:`custom`.
+
+:func:`parser_force_text` is the forced text for the markers of an SGLang
+``--reasoning-parser`` (``ReasoningParser.DetectorMap``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-__all__ = ["ThinkMarkers", "markers_for", "custom", "ThinkEndMatcher", "KNOWN_FAMILIES"]
+__all__ = ["ThinkMarkers", "markers_for", "custom", "ThinkEndMatcher", "KNOWN_FAMILIES", "parser_force_text",
+           "UNSUPPORTED_PARSERS"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ def custom(start: str, end: str, force: Optional[str] = None) -> ThinkMarkers:
 _QWEN = ThinkMarkers("<think>", "</think>", "\n</think>\n\n", "qwen3")
 _DEEPSEEK_R1 = ThinkMarkers("<think>", "</think>", "\n</think>\n\n", "deepseek-r1")
 _GLM = ThinkMarkers("<think>", "</think>", "</think>\n", "glm-4.5")
+_GEMMA4 = ThinkMarkers("<|channel>", "<channel|>", "<channel|>", "gemma4")
 
 # (substring of the normalised name or model_type, markers); first hit wins,
 # so specific names come before the generic model types they contain.
@@ -50,7 +57,29 @@ _TABLE = [
     ("glm-4.5", _GLM),
     ("glm-4.6", ThinkMarkers("<think>", "</think>", "</think>\n", "glm-4.6")),
     ("glm4_moe", _GLM),  # HF model_type of GLM-4.5 / 4.6
+    ("gemma-4", _GEMMA4),
+    ("gemma4", _GEMMA4),  # also model_type gemma4_text
 ]
+
+# SGLang reasoning parsers whose model writes something other than "\n" + end + "\n\n" after its reasoning.
+_PARSER_FORCE_AFTER_END = {"glm45": "\n", "gemma4": ""}
+# Parsers SSR cannot force to answer, with the reason (drafts stay off; requests are served as under NGRAM).
+UNSUPPORTED_PARSERS = {
+    "gpt-oss": "gpt-oss reasons in harmony channels: '<|end|>' closes every message, not only the analysis "
+               "channel, and the answer opens a new '<|start|>assistant<|channel|>final<|message|>' message, "
+               "so no fixed think end and forced text exist",
+}
+
+
+def parser_force_text(parser: str, end: str) -> str:
+    """The text that makes a model served with ``--reasoning-parser parser`` answer now (its think end
+    ``end`` plus what its chat template writes after it)."""
+    key = parser.lower()
+    if key in UNSUPPORTED_PARSERS:
+        raise ValueError(f"--reasoning-parser {parser}: {UNSUPPORTED_PARSERS[key]}")
+    if key in _PARSER_FORCE_AFTER_END:
+        return end + _PARSER_FORCE_AFTER_END[key]
+    return "\n" + end + "\n\n"
 
 KNOWN_FAMILIES = sorted({m.family for _, m in _TABLE})
 

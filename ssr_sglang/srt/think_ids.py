@@ -6,7 +6,7 @@ import dataclasses
 import logging
 from typing import List, Optional
 
-from ssr_sglang.core.think_markers import ThinkMarkers, custom, markers_for
+from ssr_sglang.core.think_markers import UNSUPPORTED_PARSERS, ThinkMarkers, custom, markers_for, parser_force_text
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,11 @@ def resolve_markers(tokenizer, model_type: str, reasoning_parser: Optional[str],
     if think_start and think_end:
         base = custom(think_start, think_end)
     elif reasoning_parser:
+        if reasoning_parser.lower() in UNSUPPORTED_PARSERS:
+            logger.warning("SSR: --reasoning-parser %s is not supported (%s); SSR drafts are off, requests are "
+                           "served as under NGRAM (SSR_THINK_START/_END and SSR_FORCE_ANSWER_TEXT override)",
+                           reasoning_parser, UNSUPPORTED_PARSERS[reasoning_parser.lower()])
+            return None
         from sglang.srt.parser.reasoning_parser import ReasoningParser
 
         det = ReasoningParser(model_type=reasoning_parser, stream_reasoning=False, tokenizer=tokenizer).detector
@@ -49,7 +54,7 @@ def resolve_markers(tokenizer, model_type: str, reasoning_parser: Optional[str],
             return None
         base = _family_markers(model_type)
         if base is None or (base.start, base.end) != (start, end):
-            base = custom(start, end, "\n" + end + "\n\n")
+            base = custom(start, end, parser_force_text(reasoning_parser, end))
     else:
         base = _family_markers(model_type)
         if base is None:
