@@ -56,7 +56,7 @@ CALLABLES = (
     "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply",
     "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head",
 )
-# Keyword arguments DraftManager._fork passes to TokenizedGenerateReqInput.
+# Keyword arguments draft_manager._draft_request passes to TokenizedGenerateReqInput.
 FORK_FIELDS = ("rid", "input_text", "input_ids", "input_embeds", "mm_inputs", "token_type_ids", "sampling_params",
                "return_logprob", "logprob_start_len", "top_logprobs_num", "token_ids_logprob", "stream", "lora_id",
                "extra_key")

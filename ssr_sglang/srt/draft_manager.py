@@ -10,7 +10,9 @@ Constraints:
 
 * Only the scheduler thread calls it, so nothing is locked.
 * Decisions read token counts, the scheduler's queues and (``policy is not None``, one rank only)
-  this process's timers, so tensor-parallel ranks, which run the fixed schedules, decide alike.
+  this process's timers, so tensor-parallel ranks, which run the fixed schedules, decide alike; every
+  input is identical on all ranks by construction (:mod:`ssr_sglang.srt.consensus` lists them and checks
+  the ranks' decisions after every step). Stage timers (:meth:`note_step`) feed ``meta_info`` only.
 * A draft is a hidden request ``prompt + reasoning + forced think end`` queued with
   ``handle_generate_request`` after the parent's KV is published to the radix cache; its rid is
   :func:`~ssr_sglang.srt.scheduler_view.draft_rid`, so SGLang's rid-prefix abort reaches it. Drafts
@@ -56,6 +58,20 @@ def unsupported_request(req) -> str:
     if getattr(req, "multimodal_inputs", None) is not None:
         return "multimodal input: SSR does not fork drafts for multimodal requests"
     return ""
+
+
+def _draft_request(rid: str, req, input_ids, max_new: int):
+    """The hidden request ``input_ids`` (prompt + reasoning + forced think end) with ``req``'s sampling,
+    at most ``max_new`` tokens, never streamed; the fields are checked by :mod:`ssr_sglang.srt.compat`."""
+    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+
+    params = msgspec.structs.replace(req.sampling_params, max_new_tokens=max_new, custom_params=None)
+    return TokenizedGenerateReqInput(
+        rid=rid, input_text=None, input_ids=input_ids, input_embeds=None, mm_inputs=None,
+        token_type_ids=None, sampling_params=params, return_logprob=False, logprob_start_len=-1,
+        top_logprobs_num=0, token_ids_logprob=None, stream=False, lora_id=req.lora_id,
+        extra_key=req.extra_key,
+    )
 
 
 def _abort(scheduler, rid: str) -> None:
@@ -278,7 +294,8 @@ class DraftManager:
 
     def _skip_reason(self, scheduler, req) -> str:
         """Why no draft may start now ("" when one may): real requests go first, and drafts stay out
-        of a busy batch or KV pool."""
+        of a busy batch or KV pool. Under TP all four inputs are identical on every rank by
+        construction (same broadcast requests, same batches, same allocations): no broadcast needed."""
         if any(not self.is_hidden(r.rid) for r in scheduler.waiting_queue):
             return "real requests are waiting"
         if len(scheduler.running_batch.reqs) >= self.max_draft_batch:
@@ -328,8 +345,6 @@ class DraftManager:
     def _fork(self, scheduler, req, st: RequestSSR, k: int) -> None:
         """Queue draft ``k`` of ``req``; a fork with no room left or rejected at admission counts as
         skipped. The new draft replaces any older one still running (whose tokens stay indexed)."""
-        from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
-
         input_ids = array("q", req.origin_input_ids)
         input_ids.extend(req.output_ids)
         input_ids.extend(self.think.force)
@@ -343,14 +358,17 @@ class DraftManager:
             # Publish the reasoning KV so the draft's prefix match finds it (it is private until now).
             req.refresh_fill_ids()
             scheduler.tree_cache.checkpoint(req, up_to=req.kv.kv_committed_len)
-        rid = draft_rid(req.rid, k)
-        params = msgspec.structs.replace(req.sampling_params, max_new_tokens=max_new, custom_params=None)
-        obj = TokenizedGenerateReqInput(
-            rid=rid, input_text=None, input_ids=input_ids, input_embeds=None, mm_inputs=None,
-            token_type_ids=None, sampling_params=params, return_logprob=False, logprob_start_len=-1,
-            top_logprobs_num=0, token_ids_logprob=None, stream=False, lora_id=req.lora_id,
-            extra_key=req.extra_key,
-        )
+        branch = self._queue(scheduler, st, _draft_request(draft_rid(req.rid, k), req, input_ids, max_new))
+        if branch is None:
+            return
+        for old in st.live_drafts():
+            if old is not branch:
+                self._cancel(scheduler, st, old)
+
+    def _queue(self, scheduler, st: RequestSSR, obj):
+        """Register the draft ``obj`` of ``st`` and hand it to the scheduler. Its branch, or None when the
+        scheduler rejected it at admission (then it is counted as skipped and leaves no state)."""
+        rid = obj.rid
         # Iterative SSR: the new draft is seeded with the older drafts' answers as they stand now
         # (verified as its proposals), so it decodes mostly by accepting them.
         seeds = st.draft_answers()
@@ -362,12 +380,10 @@ class DraftManager:
             branch.finished = True
             self.drop(rid)
             st.counters.drafts_skipped += 1
-            return
+            return None
         st.counters.drafts_started += 1
         logger.debug("SSR: draft %s forked at %d reasoning tokens", rid, st.reasoning_len)
-        for old in st.live_drafts():
-            if old is not branch:
-                self._cancel(scheduler, st, old)
+        return branch
 
     def _add_draft_state(self, rid: str, parent: RequestSSR, seeds) -> RequestSSR:
         faults.hit("fork", parent.rid)
