@@ -1,7 +1,9 @@
 """Pure-torch stand-ins for the ``sgl_kernel`` CPU ops of hybrid Gated DeltaNet models.
 
-SGLang 0.5.23's CPU engine runs Qwen3.5 (``Qwen3_5ForCausalLM``) and Qwen3-Next through these ops
-(``layers/attention/linear/gdn_backend.py``, ``kernels/gdn_triton.py``, ``models/qwen3_5.py``):
+SGLang 0.5.23's CPU engine runs Qwen3.5 (``Qwen3_5ForCausalLM``) through these ops
+(``layers/attention/linear/gdn_backend.py``, ``kernels/gdn_triton.py``, ``models/qwen3_5.py``; Qwen3-Next's
+model calls them too, but 0.5.23 builds its gated norm on ``torch.cuda.current_device()``, so it does not
+load on CPU):
 
 ``sgl_kernel.mamba`` (Python names, :data:`PYTHON_OPS`):
 
