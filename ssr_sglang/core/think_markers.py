@@ -68,6 +68,10 @@ UNSUPPORTED_PARSERS = {
     "gpt-oss": "gpt-oss reasons in harmony channels: '<|end|>' closes every message, not only the analysis "
                "channel, and the answer opens a new '<|start|>assistant<|channel|>final<|message|>' message, "
                "so no fixed think end and forced text exist",
+    "beam": "beam reasons in harmony channels like gpt-oss: the analysis message's end is followed by a new "
+            "message whose channel the model chooses, so no fixed forced text exists",
+    "inkling": "inkling frames reasoning with typed content blocks whose native token ids differ from the "
+               "encoded marker text, so the think end cannot be matched from its text",
 }
 
 
