@@ -200,7 +200,7 @@ def _after_step(result, scheduler, batch, *args, **kwargs):
     m = _owner()
     for rid, st in sorted(m.requests.items()):
         if not st.is_draft:
-            con.note_state(rid, _signature(st))
+            con.note_state(rid, _signature(st) + (rid in m.disabled,))
     con.forget(m.requests)
     con.step()
     return result
@@ -219,7 +219,17 @@ def _after_verify(result, verify_input, batch, *args, **kwargs):
 
 
 def _after_internal_state(result, controller, state, *args, **kwargs):
-    con = _consensus
-    if con is not None and isinstance(state.get("ssr"), dict):
-        state["ssr"]["consensus"] = con.summary()
+    """``/server_info`` ``ssr``: which replica and rank answered (a DP server lists one state per
+    replica, in no fixed order), and the consensus figures under TP."""
+    ssr = state.get("ssr")
+    if isinstance(ssr, dict):
+        from sglang.srt.runtime_context import get_parallel
+
+        for key in ("dp_rank", "tp_rank"):  # dp_rank None: no DP controller
+            try:
+                ssr[key] = getattr(get_parallel(), key)
+            except (AttributeError, RuntimeError):  # not written in this process
+                ssr[key] = None
+        if _consensus is not None:
+            ssr["consensus"] = _consensus.summary()
     return result
