@@ -131,7 +131,7 @@ def test_ssr_program_on_stock_server_equals_greedy_and_verifies_on_client(stock,
         overlapped += sum(overlaps(d, s) for d, s in zip(state["draft_meta"], state["segment_meta"][1:]))
     assert overlapped >= 3, overlapped  # of 6 fork/segment pairs; normally all 6
     tot["accept_length"] = round(tot["tokens"] / tot["steps"], 3)
-    assert tot["accept_length"] > 2.5, tot
+    assert tot["accept_length"] > 5, tot  # 6.34 measured (2026-11-30)
     FIGURES["stock ssr_reasoning answer (client verify, 3 tasks)"] = tot
     FIGURES["stock draft forks [cached, prompt]"] = cached
     FIGURES["stock fork/segment overlaps of 6"] = overlapped
@@ -156,6 +156,7 @@ def test_iterative_program_on_stock_server_seeds_drafts(stock, client_backend):
             plain = stock.generate(input_ids=meta["prompt_ids"], max_new_tokens=160)["output_ids"]
             assert r["draft_ids"][k] == plain
         check_forks_reuse_prefix(state, client_backend)
+    assert min(seeded) > 4, seeded  # 5.6 to 7.8 measured (2026-11-30)
     FIGURES["stock iterative seeded drafts accept_length"] = seeded
 
 
@@ -182,6 +183,7 @@ def test_ssr_program_on_ssr_server_hands_drafts_to_the_server(stock, ssr, server
         assert all(m["ssr"]["drafts_started"] == 0 for m in state["segment_meta"])
         cached += check_forks_reuse_prefix(state, server_backend)
     tot["accept_length"] = round(tot["tokens"] / tot["steps"], 3)
+    assert tot["accept_length"] > 5.5, tot  # 6.88 measured (2026-11-30)
     FIGURES["ssr-server ssr_reasoning answer (meta_info.ssr, 3 tasks)"] = tot
     FIGURES["ssr-server draft forks [cached, prompt]"] = cached
 
@@ -195,11 +197,13 @@ def test_iterative_program_on_ssr_server(stock, server_backend):
         r = result(state)
         check_result(r, ref)
         assert r["draft_ssr"][0]["phase"] == "plain"  # no drafts to verify against
+        assert len(r["drafts"]) >= 2, r["fork_points"]  # else no draft was seeded: nothing below is checked
         for k in range(1, len(r["drafts"])):
             info = r["draft_ssr"][k]
             assert info["phase"] == "answer" and info["accepted_prefix"] + info["accepted_suffix"] > 0, info
             seeded.append(info["answer_accept_length"])
         assert r["answer_ssr"]["accepted_prefix"] > 0
+    assert min(seeded) > 5, seeded  # 6.4 to 6.8 measured (2026-11-30)
     FIGURES["ssr-server iterative seeded drafts answer_accept_length"] = seeded
 
 
@@ -214,7 +218,8 @@ def test_client_verification_is_lossless_with_wrong_drafts(stock, client_backend
         edited[i] = (edited[i] + 7) % 400
     out, st = speculative_generate(client_backend.client, prefix, [edited], 400, eos_ids=client_backend.eos_ids())
     assert out == answer
-    assert st.accepted_suffix > 0 and st.accepted_prefix >= 7, st
+    # measured (2026-11-30): 8 tokens from the prefix up to the first wrong one, 66 from suffix matches
+    assert st.accepted_suffix >= 50 and st.accepted_prefix >= 7, st
     junk, st2 = speculative_generate(client_backend.client, prefix, [list(range(5, 120))], 400,
                                      eos_ids=client_backend.eos_ids())
     assert junk == answer

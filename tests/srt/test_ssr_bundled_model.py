@@ -56,9 +56,10 @@ def test_in_server_drafts_are_accepted_and_exact(bundled):
     # Adaptive verify width: steps with short or no proposals verify fewer of the 12 nodes, and the
     # outputs above stayed identical to SSR off and correct
     assert totals["verify_steps"] <= totals["verify_nodes"] < 12 * totals["verify_steps"], totals
+    # measured (2026-11-30, these 6 prompts): 10.1 answer tokens a verify step, 81% of them from drafts' prefixes
     accept = totals["answer_tokens"] / totals["answer_verify_steps"]
-    assert accept > 2, totals
-    assert totals["accepted_prefix"] > 0, totals
+    assert accept > 8, totals
+    assert totals["accepted_prefix"] >= 0.6 * totals["answer_tokens"], totals
 
 
 def test_prometheus_and_server_info(bundled):
