@@ -52,8 +52,6 @@ class SSRSpecAlgo(CustomSpecAlgo):
         compat.check_static()  # an SGLang internal SSR relies on is missing: stop, naming it
         if sa.device not in ("cuda", "cpu", "xpu"):
             raise ValueError(f"--speculative-algorithm SSR supports --device cuda, cpu or xpu, not {sa.device!r}")
-        if getattr(sa, "enable_dp_attention", False):
-            raise ValueError("--speculative-algorithm SSR does not support --enable-dp-attention yet")
         refuse_unsupported(sa)
         changed = {}
         if not sa.disable_overlap_schedule:
@@ -99,7 +97,14 @@ def refuse_unsupported(sa) -> None:
       the pipeline's micro-batches are not the batches SSR's bookkeeping reads.
     * ``SGLANG_RUST_SERVER=1``: SSR's ``meta_info["ssr"]`` travels as additional customized output,
       which SGLang's Rust egress refuses.
+    * DP attention: SGLang 0.5.23's NGRAM worker, whose verify path SSR rides on, has no DP-attention
+      support yet (``ngram_worker``: idle batches "once DP attention support lands"), and the attention
+      DP ranks of one TP group would each fork drafts for different requests. Whole replicas
+      (``--dp-size`` without ``--enable-dp-attention``) are supported.
     """
+    if getattr(sa, "enable_dp_attention", False):
+        raise ValueError("--speculative-algorithm SSR does not support DP attention (--enable-dp-attention); "
+                         "use --dp-size replicas without --enable-dp-attention")
     mode = getattr(sa, "disaggregation_mode", "null")
     if mode not in (None, "null"):
         raise ValueError(f"--speculative-algorithm SSR does not support PD disaggregation "

@@ -89,6 +89,7 @@ UNSUPPORTED = [  # (server args, environment, what the error must name)
     ({"disaggregation_mode": "prefill"}, {}, "--disaggregation-mode prefill"),
     ({"disaggregation_mode": "decode"}, {}, "--disaggregation-mode decode"),
     ({"pp_size": 2}, {}, "--pp-size 2"),
+    ({"enable_dp_attention": True}, {}, "--enable-dp-attention"),
     ({}, {"SGLANG_RUST_SERVER": "1"}, "SGLANG_RUST_SERVER"),
 ]
 
