@@ -39,18 +39,10 @@ THREADS_BINDING = "sglang.srt.utils.numa_utils.init_threads_binding"
 GROUP_INIT = "sglang.srt.distributed.parallel_state.init_model_parallel_group"
 TARGETS = (THREADS_BINDING, GROUP_INIT)
 
-_installed = False
-
-
 def install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from ssr_sglang.srt.hook_once import register_once
 
-    HookRegistry.register(THREADS_BINDING, _bind_groups_hook, HookType.AROUND)
-    HookRegistry.register(GROUP_INIT, _group_hook, HookType.AROUND)
+    register_once(__name__, [(THREADS_BINDING, _bind_groups_hook, "AROUND"), (GROUP_INIT, _group_hook, "AROUND")])
 
 
 def _ranges(cores: list) -> str:

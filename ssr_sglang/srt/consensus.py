@@ -126,21 +126,15 @@ class RankConsensus:
                 "agreed": bool(self.rank_digests) and len(set(self.rank_digests)) == 1}
 
 
-_installed = False
 _consensus: Optional[RankConsensus] = None
 _made = False
 
 
 def install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from ssr_sglang.srt.hook_once import register_once
 
-    HookRegistry.register(STEP_TARGET, _after_step, HookType.AFTER)
-    HookRegistry.register(VERIFY_TARGET, _after_verify, HookType.AFTER)
-    HookRegistry.register(INFO_TARGET, _after_internal_state, HookType.AFTER)
+    register_once(__name__, [(STEP_TARGET, _after_step, "AFTER"), (VERIFY_TARGET, _after_verify, "AFTER"),
+                             (INFO_TARGET, _after_internal_state, "AFTER")])
 
 
 def _torch_gather(group):
