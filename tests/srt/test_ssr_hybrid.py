@@ -14,9 +14,10 @@ import concurrent.futures as cf
 import time
 
 import pytest
-import requests
 
 from conftest import PROMPT_TOPICS, start_server
+from ssr_sglang.testing.http import flush_cache
+from test_ssr_server import _stream_then_abort
 
 # SGLang on CPU: the mamba radix cache without snapshot buffers (extra_buffer needs a GPU platform),
 # which runs only without the overlap scheduler.
@@ -26,7 +27,7 @@ CHECKPOINTS = [16, 48, 96]
 SSR_ENV = {"SSR_CHECKPOINTS": ",".join(map(str, CHECKPOINTS)), "SSR_MAX_DRAFT_TOKENS": "48", "SSR_MAX_BATCH": "32",
            "SSR_TEST_DRAFT_TOKENS": "1", "SSR_TEST_CHECK_TREES": "1"}
 N_PROMPTS = 8
-NEW_TOKENS = 128
+NEW_TOKENS = 100
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +52,11 @@ def prompts(hybrid_tokenizer):
     return [tok(t, add_special_tokens=False).input_ids for t in texts]
 
 
-def _serve(server, prompts):
-    """Greedy outputs of every prompt one at a time, then all at once."""
+def _serve(server, prompts, concurrent=True):
+    """Greedy outputs of every prompt one at a time, then (``concurrent``) all at once."""
     single = [server.generate(input_ids=p, max_new_tokens=NEW_TOKENS)["output_ids"] for p in prompts]
+    if not concurrent:
+        return single, None
     with cf.ThreadPoolExecutor(len(prompts)) as pool:
         together = list(pool.map(lambda p: server.generate(input_ids=p, max_new_tokens=NEW_TOKENS)["output_ids"],
                                  prompts))
@@ -63,8 +66,8 @@ def _serve(server, prompts):
 @pytest.fixture(scope="module")
 def plain_run(hybrid_model, prompts):
     with start_server(hybrid_model, *HYBRID_ARGS, name="hybrid-plain") as s:
-        single, together = _serve(s, prompts)
-        return {"single": single, "together": together, "load": s.wait_idle(30.0)}
+        single, _ = _serve(s, prompts, concurrent=False)  # plain batches are exact on CPU (tests/srt)
+        return {"single": single, "load": s.wait_idle(30.0)}
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +111,6 @@ def test_plain_serving_matches_transformers(hybrid_model, prompts, float32_score
             logp = torch.log_softmax(model(torch.tensor([prompts[i] + tokens])).logits[0, len(prompts[i]) - 1: -1], -1)
         for j, (lp, tok, _) in enumerate(scored):
             assert abs(logp[j, tok].item() - lp) < 1e-3, (i, j, logp[j, tok].item(), lp)
-    assert plain_run["single"] == plain_run["together"]
     assert plain_run["load"]["num_used_tokens"] == 0
 
 
@@ -143,15 +145,6 @@ def test_ssr_identical_to_plain_8_concurrent(ssr_server, prompts, plain_run):
     assert ssr_server.wait_idle(30.0)["num_used_tokens"] == 0
 
 
-def _flush(server):
-    deadline = time.time() + 60
-    while True:  # SGLang refuses while anything (a draft still being aborted) is running
-        r = requests.post(server.url + "/flush_cache", timeout=60)
-        if r.status_code == 200 or time.time() > deadline:
-            return r
-        time.sleep(0.5)
-
-
 def test_draft_starts_from_the_parents_recurrent_state(ssr_server, prompts):
     """Each draft's tokens are what a plain request with the draft's prompt writes from an empty cache:
     the fork handed the draft the conv and recurrent state (and KV) the parent had at that point."""
@@ -161,7 +154,7 @@ def test_draft_starts_from_the_parents_recurrent_state(ssr_server, prompts):
     compared = 0
     for d in drafts:
         assert d["input_ids"][: len(prompts[2])] == prompts[2]
-        assert _flush(ssr_server).status_code == 200
+        flush_cache(ssr_server.url)
         n = len(d["output_ids"])
         ref = ssr_server.generate(input_ids=d["input_ids"], max_new_tokens=n, sampling={"ignore_eos": True},
                                   custom_params={"ssr": False})
@@ -202,25 +195,18 @@ def test_abort_leaves_no_state_held(ssr_server, prompts, hybrid_tokenizer, phase
     if phase == "draft":
         body = {"rid": rid, "input_ids": prompts[3],
                 "sampling_params": {**sp, "custom_params": {"ssr_checkpoints": [16], "ssr_max_draft_tokens": 200}}}
-        after = 25
+        _stream_then_abort(ssr_server, body, after_chunks=25)
     else:
         closed = prompts[4] + hybrid_tokenizer("\n</think>\n\n", add_special_tokens=False).input_ids
         body = {"rid": rid, "input_ids": closed,
                 "sampling_params": {**sp, "custom_params": {"ssr_draft": list(range(5, 300))}}}
-        after = 5
-    seen = 0
-    with requests.post(ssr_server.url + "/generate", json={**body, "stream": True}, stream=True, timeout=120) as r:
-        for line in r.iter_lines():
-            if line.startswith(b"data:") and line != b"data: [DONE]":
-                seen += 1
-                if seen == after:
-                    requests.post(ssr_server.url + "/abort_request", json={"rid": rid}, timeout=10)
+        _stream_then_abort(ssr_server, body, after_chunks=5)
     load = ssr_server.wait_idle(30.0)
     assert load["num_used_tokens"] == 0 and load["num_running_reqs"] == 0, load
     info = ssr_server.server_info()["internal_states"][0]["ssr"]
     assert info["active_drafts"] == 0 and info["active_requests"] == 0, info
     # Every mamba slot is free or held by the radix cache (SGLang's idle invariant check logs a leak
     # otherwise); flushing the cache must succeed and the server keeps serving.
-    assert _flush(ssr_server).status_code == 200
+    flush_cache(ssr_server.url)
     assert len(ssr_server.generate(input_ids=prompts[0], max_new_tokens=16)["output_ids"]) == 16
     assert "leak" not in open(ssr_server.log_path).read().lower()
