@@ -54,9 +54,37 @@ DIVERGED_HORIZON = 64
 
 def unsupported_request(req) -> str:
     """Why SSR cannot draft for ``req`` ("" when it can). A multimodal prompt: a draft would be forked
-    with the padded multimodal token ids and without the request's multimodal inputs."""
+    with the padded multimodal token ids and without the request's multimodal inputs. Sampling
+    parameters that SGLang's speculative verify does not apply as plain decoding does
+    (:func:`inexact_sampling`): more accepted tokens per step would only move the output further from
+    the model's, so the request is served as NGRAM serves it."""
     if getattr(req, "multimodal_inputs", None) is not None:
         return "multimodal input: SSR does not fork drafts for multimodal requests"
+    return inexact_sampling(req.sampling_params, getattr(req, "custom_logit_processor", None))
+
+
+def inexact_sampling(sp, custom_logit_processor=None) -> str:
+    """The first sampling parameter of ``sp`` that speculative decoding in SGLang 0.5.23 does not keep
+    exact, as a reason ("" if none): penalties and ``min_new_tokens`` are applied to a verify step in a
+    relaxed form (counts of the tokens before the step, not per verified position), ``min_p``,
+    ``logit_bias`` and custom logit processors are not applied per tree node.
+
+    >>> from types import SimpleNamespace as S
+    >>> inexact_sampling(S(frequency_penalty=0.5, presence_penalty=0.0, repetition_penalty=1.0, min_p=0.0,
+    ...                    logit_bias=None, min_new_tokens=0)).split(":")[0]
+    'frequency_penalty=0.5'
+    """
+    checks = (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0),
+              ("min_p", 0.0), ("min_new_tokens", 0))
+    for name, neutral in checks:
+        value = getattr(sp, name, neutral)
+        if value is not None and value != neutral:
+            return (f"{name}={value}: SGLang's speculative verify does not apply it as plain decoding does; "
+                    "served as NGRAM (no drafts)")
+    if getattr(sp, "logit_bias", None):
+        return "logit_bias: not applied per verified token; served as NGRAM (no drafts)"
+    if custom_logit_processor:
+        return "custom_logit_processor: not applied per verified token; served as NGRAM (no drafts)"
     return ""
 
 

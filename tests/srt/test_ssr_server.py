@@ -129,6 +129,21 @@ def test_per_request_disable(ssr_server, chat_prompts, plain_outputs):
     assert meta["reasoning_time_s"] > 0 and meta["reasoning_draft_steps"] == 0 and meta["draft_overhead_s"] == 0
 
 
+@pytest.mark.parametrize("sampling,field", [
+    ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"presence_penalty": 0.3}, "presence_penalty"),
+    ({"repetition_penalty": 1.2}, "repetition_penalty"), ({"min_p": 0.1, "temperature": 0.6}, "min_p"),
+    ({"min_new_tokens": 4}, "min_new_tokens"), ({"logit_bias": {"5": 2.0}}, "logit_bias"),
+])
+def test_sampling_speculation_cannot_keep_exact_is_served_as_ngram(ssr_server, chat_prompts, sampling, field):
+    """Penalties, min_p, min_new_tokens and logit_bias: no drafts, the reason in meta_info (README, Guarantees)."""
+    out = ssr_server.generate(input_ids=chat_prompts[0], max_new_tokens=128, sampling=sampling)
+    ssr = out["meta_info"]["ssr"]
+    assert ssr["drafts_started"] == 0 and field in ssr["disabled_reason"], ssr
+    assert ssr["reasoning_tokens"] > CHECKPOINTS[0], ssr  # it reasoned past a checkpoint: a draft was due
+    plain = ssr_server.generate(input_ids=chat_prompts[0], max_new_tokens=128, custom_params={"ssr": True})
+    assert "disabled_reason" not in plain["meta_info"]["ssr"]
+
+
 def test_per_request_schedule(ssr_server, chat_prompts):
     out = ssr_server.generate(input_ids=chat_prompts[4], max_new_tokens=128, sampling={"ignore_eos": True},
                               custom_params={"ssr_every": 20, "ssr_max_drafts": 3, "ssr_max_draft_tokens": 8})
