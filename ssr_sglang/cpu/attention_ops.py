@@ -119,9 +119,10 @@ def _attend_one(q, k, v, lens, sm_scale: float, logit_cap: float, sinks) -> torc
     :func:`_attend_padded`); returns ``[B, H, Dv]``.
 
     In exact mode the problems run in groups of equal length, each over exactly its own keys: a
-    product over end-padded (masked) keys can round differently from the same product without them
-    (measured: 1 in 300 bf16 outputs at SmolLM2's head sizes), so a row's result would depend on
-    the longest row beside it. Grouped, a tree-verify row, a decode step alone and a decode step in
+    product over end-padded (masked) keys can round differently from the same product without them,
+    so a row's result would depend on the longest row beside it; and the products are sums of
+    elementwise products (:func:`_attend_padded`), since a batched matmul's result for one problem
+    depends on how many run beside it. So a tree-verify row, a decode step alone and a decode step in
     any batch compute alike. Example: ``lens = [40, 42, 40]`` -> one call for problems 0 and 2 over
     40 keys, one for problem 1 over 42.
     """
@@ -157,8 +158,11 @@ def _attend_padded(
         raise ValueError(f"number of query heads ({h}) is not a multiple of kv heads ({hkv})")
     group = h // hkv
     width = k.shape[1]
-    kt = torch.empty(b, hkv, dq, width, dtype=torch.float32).copy_(k.permute(0, 2, 3, 1))  # one copy
-    scores = torch.matmul(q.view(b, hkv, group, dq), kt) * sm_scale  # [B, Hkv, G, L]
+    if EXACT_VERIFY:  # products as sums of elementwise products: a batched matmul rounds per batch size
+        scores = (q.view(b, hkv, group, 1, dq) * k.permute(0, 2, 1, 3).unsqueeze(2)).sum(-1) * sm_scale
+    else:
+        kt = torch.empty(b, hkv, dq, width, dtype=torch.float32).copy_(k.permute(0, 2, 3, 1))  # one copy
+        scores = torch.matmul(q.view(b, hkv, group, dq), kt) * sm_scale  # [B, Hkv, G, L]
     if logit_cap > 0:
         scores = logit_cap * torch.tanh(scores / logit_cap)
     hidden = torch.arange(width)[None, :] >= lens[:, None]  # [B, L]
@@ -171,8 +175,11 @@ def _attend_padded(
     denom = probs.sum(dim=-1, keepdim=True)
     if sinks is not None:
         denom = denom + torch.exp(sinks.view(1, hkv, group, 1) - row_max)
-    vt = torch.empty(b, hkv, width, v.shape[-1], dtype=torch.float32).copy_(v.permute(0, 2, 1, 3))
-    out = torch.matmul(probs, vt)  # [B, Hkv, G, Dv]
+    if EXACT_VERIFY:
+        out = (probs.unsqueeze(-1) * v.permute(0, 2, 1, 3).unsqueeze(2)).sum(-2)  # [B, Hkv, G, Dv]
+    else:
+        vt = torch.empty(b, hkv, width, v.shape[-1], dtype=torch.float32).copy_(v.permute(0, 2, 1, 3))
+        out = torch.matmul(probs, vt)  # [B, Hkv, G, Dv]
     out = out / torch.where(denom > 0, denom, torch.ones_like(denom))
     return out.reshape(b, h, v.shape[-1])
 
@@ -243,7 +250,9 @@ def extend_attention_cpu(
                           req_to_token, rpi_list, seq_list, ext_list, start_list, sm_scale, logit_cap, sink_f,
                           tree_mask)
         return
-    if window <= 0 and _batchable(ext_list, start_list, seq_list, h):
+    # Exact mode: every request's extend (a prefill) on its own, as at batch 1 (a batched product
+    # rounds per batch size).
+    if window <= 0 and not EXACT_VERIFY and _batchable(ext_list, start_list, seq_list, h):
         _extend_batched(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,
                         req_to_token, req_pool_indices, seq_lens, ext_list[0], sm_scale, logit_cap, sink_f,
                         tree_mask, is_causal)

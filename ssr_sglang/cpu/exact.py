@@ -8,8 +8,10 @@ this mode, on the CPU stand-in engine:
 
 * attention: each verify row attends to exactly its own keys (:mod:`ssr_sglang.cpu.attention_ops`);
 * linear layers (SGLang's unquantized linear method) run one row at a time for inputs of at most
-  :data:`MAX_ROWS` rows (decode and verify steps; longer prefills keep one product, and both servers
-  prefill a prompt alike);
+  :data:`MAX_ROWS` rows: decode and verify steps, and prefills of short prompts, also several of them
+  batched together (a row's product must not depend on its batchmates). A longer prefill keeps one
+  product, which is exact only when the prompt is prefilled alone (as at batch 1): prefills batched
+  past ``MAX_ROWS`` rows, or verify steps past it (concurrent requests x tree nodes), are not exact;
 * the logits (lm head) of such steps, one row at a time too.
 
 What it costs is measured in ``benchmarks/results`` (each verify step multiplies its linear layers'
@@ -24,7 +26,7 @@ import os
 import torch
 
 ENV = "SSR_CPU_EXACT_VERIFY"
-MAX_ROWS = 64
+MAX_ROWS = 512  # rows computed one at a time; more keep one product (see module doc)
 # The SGLang internals this mode replaces (named in ssr_sglang.srt.compat, checked at start-up).
 TARGETS = (
     "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply",

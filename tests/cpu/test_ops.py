@@ -286,6 +286,31 @@ def test_exact_rows_do_not_depend_on_padding(monkeypatch):
     assert differing() == 0
 
 
+def test_exact_rows_do_not_depend_on_batch_size(monkeypatch):
+    """In exact mode eight queries of one length in one call equal, bit for bit, each query alone (a
+    batched matmul's result for one problem depends on the batch size: the default path differs)."""
+    from ssr_sglang.cpu import attention_ops
+
+    gen = torch.Generator().manual_seed(1)
+    cases = []
+    for n in range(21, 300, 7):
+        q = torch.randn(8, 9, 64, generator=gen).bfloat16().float()
+        k, v = (torch.randn(8, n, 3, 64, generator=gen).bfloat16().float() for _ in range(2))
+        cases.append((q, k, v, torch.full((8,), n)))
+
+    def differing() -> int:
+        return sum(not torch.equal(attention_ops._attend_one(q, k, v, lens, 0.125, 0.0, None),
+                                   torch.cat([attention_ops._attend_one(q[i:i + 1], k[i:i + 1], v[i:i + 1],
+                                                                        lens[i:i + 1], 0.125, 0.0, None)
+                                              for i in range(8)]))
+                   for q, k, v, lens in cases)
+
+    monkeypatch.setattr(attention_ops, "EXACT_VERIFY", False)
+    assert differing() > 0
+    monkeypatch.setattr(attention_ops, "EXACT_VERIFY", True)
+    assert differing() == 0
+
+
 def test_decode_batch_invariant():
     seq_lens = [1, 30, 7, 64]
     gen, q, k_cache, v_cache, k_new, v_new, loc, r2t, rpi = _decode_case(
