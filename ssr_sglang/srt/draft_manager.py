@@ -66,8 +66,8 @@ def unsupported_request(req) -> str:
 def inexact_sampling(sp, custom_logit_processor=None) -> str:
     """The first sampling parameter of ``sp`` that speculative decoding in SGLang 0.5.23 does not keep
     exact, as a reason ("" if none): penalties and ``min_new_tokens`` are applied to a verify step in a
-    relaxed form (counts of the tokens before the step, not per verified position), ``min_p``,
-    ``logit_bias`` and custom logit processors are not applied per tree node.
+    relaxed form (counts of the tokens before the step, not per verified position), ``min_p`` (of a
+    sampled request), ``logit_bias`` and custom logit processors are not applied per tree node.
 
     >>> from types import SimpleNamespace as S
     >>> inexact_sampling(S(frequency_penalty=0.5, presence_penalty=0.0, repetition_penalty=1.0, min_p=0.0,
@@ -76,9 +76,10 @@ def inexact_sampling(sp, custom_logit_processor=None) -> str:
     """
     checks = (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0),
               ("min_p", 0.0), ("min_new_tokens", 0))
+    greedy = getattr(sp, "temperature", 1.0) == 0 or getattr(sp, "top_k", -1) == 1  # min_p cannot matter
     for name, neutral in checks:
         value = getattr(sp, name, neutral)
-        if value is not None and value != neutral:
+        if value is not None and value != neutral and not (name == "min_p" and greedy):
             return (f"{name}={value}: SGLang's speculative verify does not apply it as plain decoding does; "
                     "served as NGRAM (no drafts)")
     if getattr(sp, "logit_bias", None):
