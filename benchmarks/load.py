@@ -20,6 +20,7 @@ Examples::
 
     python benchmarks/load.py                                   # bundled model, CPU, a few minutes
     python benchmarks/load.py --concurrency 1,4 --methods plain,ssr --max-batch ""  # quick
+    python benchmarks/load.py --methods ssr --dp-sizes 1,2 --concurrency 16,64 --overhead-n 0 --max-batch ""
     python benchmarks/load.py --model-path Qwen/Qwen3-4B --device cuda --reasoning-parser qwen3 \\
         --dataset classeval --max-new-tokens 4096 --concurrency 1,4,16,64
 """
@@ -54,6 +55,9 @@ def parse_args(argv=None):
                    help="comma list: an extra SSR server per value with SSR_MAX_BATCH=value ('' for none); the "
                         "default 32 (the GPU default) shows what drafting at every batch size costs on CPU, where "
                         "the default is 4")
+    p.add_argument("--dp-sizes", default="1",
+                   help="comma list: each method is also served with --dp-size N for every N > 1 (data-parallel "
+                        "replicas behind SGLang's DP controller, named <method>_dp<N>), to compare 1 vs N replicas")
     p.add_argument("--side-by-side", action="store_true",
                    help="all servers up at once, each level run on every server in an order rotated per level "
                         "and round (about 5 GB per CPU server); default: one server at a time")
@@ -188,6 +192,11 @@ def main(argv=None) -> int:
         servers["ssr_nofallback"] = ("ssr", {**bu.ssr_env(args, model), "SSR_REASONING_FALLBACK": "none"}, False)
     for mb in (x.strip() for x in args.max_batch.split(",") if x.strip()):
         servers[f"ssr_maxbatch{int(mb)}"] = ("ssr", {**bu.ssr_env(args, model), "SSR_MAX_BATCH": str(int(mb))}, True)
+    replicas = {}  # server name -> --dp-size
+    for dp in (int(x) for x in args.dp_sizes.split(",") if x.strip()):
+        for m in [m.strip() for m in args.methods.split(",")] if dp > 1 else []:
+            servers[f"{m}_dp{dp}"] = (m, bu.ssr_env(args, model) if m == "ssr" else {}, True)
+            replicas[f"{m}_dp{dp}"] = dp
     stamp = time.strftime("%Y-%m-%d %H:%M")
     cmd = bu.command_line("load.py", argv)
     bu.log(f"== load: {', '.join(servers)} on {model} ({args.device}); levels {levels}; {bu.machine()}")
@@ -198,7 +207,9 @@ def main(argv=None) -> int:
     for group in groups:
         bu.log(f"== {', '.join(group)}")
         with contextlib.ExitStack() as stack:
-            srvs = bu.start_servers(stack, {n: (server_args(sargs, model, servers[n][0]), servers[n][1]) for n in group},
+            srvs = bu.start_servers(stack, {n: (server_args(sargs, model, servers[n][0])
+                                                + (["--dp-size", str(replicas[n])] if n in replicas else []),
+                                                servers[n][1]) for n in group},
                                     out_dir, args.device, running=bu.parse_urls(args.urls))
             for name, srv in srvs.items():
                 bu.stream_generate(srv.url, prompts[0]["input_ids"], args.max_new_tokens)  # warm-up, not recorded
@@ -230,6 +241,12 @@ def main(argv=None) -> int:
                     verdict.append(f"{name} is slower than plain at concurrency {c}: "
                                    f"{s['throughput_vs_plain']:.2f}x the throughput, "
                                    f"{s['latency_vs_plain']:.2f}x the mean latency")
+    for name, dp in replicas.items():  # N replicas against one, same method and level
+        base = sweep.get(servers[name][0])
+        for c, s in sweep[name].items() if base else ():
+            s["throughput_vs_1_replica"] = s["output_tokens_per_s"] / base[c]["output_tokens_per_s"]
+            s["latency_vs_1_replica"] = s["mean_latency_s"] / base[c]["mean_latency_s"]
+            s["identical_to_1_replica"] = sum(x == y for x, y in zip(s["output_ids"], base[c]["output_ids"]))
     if "ngram" in sweep:  # SSR against its nearest peer
         for name, lv in sweep.items():
             for c, s in lv.items():
@@ -294,6 +311,14 @@ def markdown(stamp, cmd, args, model, over, sweep, verdict, wall) -> str:
         ["server", "concurrency", "requests", "output tok/s", "throughput vs plain", "mean latency (s)",
          "p50 (s)", "p90 (s)", "latency vs plain", "reasoning tok/s per request", "drafts started / skipped",
          "verified nodes per step", "identical to plain"], rows))
+    rows = [[name, c, f(s["output_tokens_per_s"], "{:.1f}"), f(s["throughput_vs_1_replica"], "{:.2f}x"),
+             f(s["mean_latency_s"]), f(s["latency_vs_1_replica"], "{:.2f}x"),
+             f"{s['identical_to_1_replica']}/{s['requests']}"]
+            for name, lv in sweep.items() for c, s in lv.items() if "throughput_vs_1_replica" in s]
+    if rows:
+        parts.append("Data-parallel replicas (`--dp-size N`) against one server of the same method:\n\n" + bu.md_table(
+            ["server", "concurrency", "output tok/s", "throughput vs 1 replica", "mean latency (s)",
+             "latency vs 1 replica", "identical to 1 replica"], rows))
     parts.append("Slower than plain (or SSR slower than NGRAM): " + ("; ".join(verdict) if verdict else
                                                                      "nowhere in this run") + ".")
     return "\n\n".join(parts) + "\n"
