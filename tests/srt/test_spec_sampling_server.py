@@ -14,6 +14,11 @@ Significance fixed in advance: a family-wise alpha of 0.001, Bonferroni over the
 2 settings, 3 statistics). The control: samples with SGLang's old CPU verify (the first token sampled,
 then the argmax continuation, obtained from the plain server) are rejected at the same level.
 
+Whole answers (up to 96 tokens, temperature 0.6, top-k 20, top-p 0.95; SSR with the greedy 96-token answer
+as its client draft): a second family at alpha 0.001, Bonferroni over 4 tests: the answer length
+(Mann-Whitney U) and the token at answer positions 4, 8 and 16 (one category per answer, -1 for
+answers that stopped before; chi-square of homogeneity).
+
 Sampling is not seeded (per-request seeds need ``--enable-deterministic-inference``), so a correct
 server fails this module with probability at most 0.001. One speculative server runs at a time.
 """
@@ -40,11 +45,13 @@ TESTS = 2 * len(SETTINGS) * NEW_TOKENS  # SSR and NGRAM against plain, per setti
 ALPHA = FAMILY_ALPHA / TESTS
 N_PLAIN, N_SSR, N_NGRAM, N_CONTROL = 2400, 2000, 1600, 800
 BATCH = 100
+WHOLE = {"setting": "t0.6-k20-p0.95", "n": 400, "tokens": 96, "positions": (4, 8, 16)}
+WHOLE_ALPHA = FAMILY_ALPHA / (1 + len(WHOLE["positions"]))
 
 
-def sample(server, prompt, n, setting, custom_params=None, new_tokens=NEW_TOKENS):
+def sample(server, prompt, n, setting, custom_params=None, new_tokens=NEW_TOKENS, ignore_eos=True):
     """``n`` sampled continuations of ``prompt`` (batched requests): token tuples and meta_info dicts."""
-    sp = {"max_new_tokens": new_tokens, "ignore_eos": True, **setting}
+    sp = {"max_new_tokens": new_tokens, "ignore_eos": ignore_eos, **setting}
     if custom_params is not None:
         sp["custom_params"] = custom_params
     seqs, metas = [], []
@@ -107,6 +114,22 @@ def plain_samples(plain_server, prompt):
     return {name: sample(plain_server, prompt, N_PLAIN, s)[0] for name, s in SETTINGS.items()}
 
 
+def whole_answers(server, prompt, custom_params=None):
+    """``WHOLE["n"]`` sampled answers, each ending at EOS or after ``WHOLE["tokens"]`` tokens."""
+    return sample(server, prompt, WHOLE["n"], SETTINGS[WHOLE["setting"]], custom_params,
+                  new_tokens=WHOLE["tokens"], ignore_eos=False)
+
+
+@pytest.fixture(scope="module")
+def long_draft(plain_server, prompt):
+    return plain_server.generate(input_ids=prompt, max_new_tokens=WHOLE["tokens"])["output_ids"]
+
+
+@pytest.fixture(scope="module")
+def plain_whole(plain_server, prompt):
+    return whole_answers(plain_server, prompt)[0]
+
+
 @pytest.fixture(scope="module")
 def old_verify_samples(plain_server, prompt):
     """SGLang's CPU verify before the fix: the first token sampled (prefill), the rest the argmax."""
@@ -122,13 +145,14 @@ def old_verify_samples(plain_server, prompt):
 
 
 @pytest.fixture(scope="module")
-def ssr_samples(tiny_qwen3, prompt, draft):
+def ssr_samples(tiny_qwen3, prompt, draft, long_draft):
     with start_server(tiny_qwen3, "--speculative-algorithm", "SSR", "--speculative-num-draft-tokens", "8",
                       name="ssr-sampling") as s:
         greedy = s.generate(input_ids=prompt, max_new_tokens=16, sampling={"ignore_eos": True},
                             custom_params={"ssr_draft": draft})["output_ids"]
         samples = {name: sample(s, prompt, N_SSR, st, custom_params={"ssr_draft": draft})
                    for name, st in SETTINGS.items()}
+        samples["whole"] = whole_answers(s, prompt, {"ssr_draft": long_draft})
     return greedy, samples
 
 
@@ -167,3 +191,15 @@ def test_ngram_samples_like_plain_decoding(setting, plain_samples, ngram_samples
     p = p_values(plain_samples[setting], seqs)
     print("NGRAM", setting, p, "mean spec_accept_length", sum(m["spec_accept_length"] for m in metas) / len(metas))
     assert min(p.values()) > ALPHA, p
+
+
+def test_ssr_whole_answers_like_plain_decoding(plain_whole, ssr_samples):
+    """Whole sampled answers: their length and the token at a few positions are distributed as plain's."""
+    seqs, metas = ssr_samples[1]["whole"]
+    assert sum(m["ssr"]["accepted_prefix"] + m["ssr"]["accepted_suffix"] for m in metas) > 0
+    lengths = stats.mannwhitneyu([len(x) for x in plain_whole], [len(x) for x in seqs]).pvalue
+    at = {i: homogeneity_p([x[i] if i < len(x) else -1 for x in plain_whole],
+                           [x[i] if i < len(x) else -1 for x in seqs]) for i in WHOLE["positions"]}
+    mean = lambda xs: sum(map(len, xs)) / len(xs)  # noqa: E731
+    print("whole answers: mean length plain", mean(plain_whole), "SSR", mean(seqs), "p", lengths, at)
+    assert min([lengths, *at.values()]) > WHOLE_ALPHA, (lengths, at)
