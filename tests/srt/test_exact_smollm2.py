@@ -1,0 +1,60 @@
+"""Exact mode (``SSR_CPU_EXACT_VERIFY=1``) on a real pretrained model: SmolLM2-135M-Instruct in bf16,
+16 prompts x 256 greedy tokens, 8 at a time; NGRAM's and SSR's outputs token-identical to plain's.
+
+SSR gets plain's output with every 40th token changed as each prompt's client draft, so its answer is
+verified from draft proposals (prefix and suffix), not only n-gram ones. One server runs at a time.
+A difference is reported with the position and plain's own top-2 log-probability gap there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("gguf")
+pytest.importorskip("accelerate")
+
+from conftest import start_server  # noqa: E402
+
+from ssr_sglang.testing.exactness import chat_prompts, edited, first_differences, run  # noqa: E402
+
+EXACT = {"SSR_CPU_EXACT_VERIFY": "1"}
+SPEC = ("--speculative-num-draft-tokens", "8")
+TOKENS = 256
+CONCURRENCY = 8  # 8 requests x 8 tree nodes: verify steps stay within exact mode's one-row-at-a-time bound
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from ssr_sglang.testing.smollm2 import cached_smollm2
+
+    return str(cached_smollm2())
+
+
+@pytest.fixture(scope="module")
+def prompts(smollm2):
+    from transformers import AutoTokenizer
+
+    return chat_prompts(AutoTokenizer.from_pretrained(smollm2), 16)
+
+
+@pytest.fixture(scope="module")
+def plain(smollm2, prompts):
+    with start_server(smollm2, env=EXACT, name="smollm2-plain-exact") as s:
+        return run(s.url, prompts, TOKENS, CONCURRENCY, top2=True)
+
+
+def test_ngram_identical_to_plain(smollm2, prompts, plain):
+    with start_server(smollm2, "--speculative-algorithm", "NGRAM", *SPEC, env=EXACT, name="smollm2-ngram-exact") as s:
+        out = run(s.url, prompts, TOKENS, CONCURRENCY)
+    assert first_differences(plain, out) == []
+    assert sum(len(o["output_ids"]) for o in out) >= 16 * 64  # real answers, not early stops
+
+
+def test_ssr_with_drafts_identical_to_plain(smollm2, prompts, plain):
+    drafts = [edited(p["output_ids"]) for p in plain]
+    with start_server(smollm2, "--speculative-algorithm", "SSR", *SPEC, env=EXACT, name="smollm2-ssr-exact") as s:
+        out = run(s.url, prompts, TOKENS, CONCURRENCY, drafts=drafts)
+    assert first_differences(plain, out) == []
+    ssr = [o["meta_info"]["ssr"] for o in out]
+    assert all(m["phase"] == "answer" for m in ssr), ssr
+    assert sum(m["accepted_prefix"] for m in ssr) > 0 and sum(m["accepted_suffix"] for m in ssr) > 0, ssr
