@@ -151,11 +151,10 @@ def _torch_gather(group):
 
 
 def _owner():
-    """What holds this scheduler's SSR request states (``.requests``): the draft manager (the worker
-    before the draft-manager refactor)."""
+    """This scheduler's draft manager (its SSR request states), None on a server not serving SSR."""
     from ssr_sglang.srt import active
 
-    return getattr(active, "MANAGER", None) or getattr(active, "WORKER", None)
+    return active.MANAGER
 
 
 def current() -> Optional[RankConsensus]:
