@@ -100,4 +100,4 @@ def test_failing_fork_disables_the_request_it_belongs_to(monkeypatch):
 
 def test_multimodal_requests_get_no_drafts():
     assert "multimodal" in unsupported_request(NS(multimodal_inputs=object()))
-    assert unsupported_request(NS(multimodal_inputs=None)) == ""
+    assert unsupported_request(NS(multimodal_inputs=None, sampling_params=NS())) == ""  # neutral sampling
