@@ -221,26 +221,11 @@ def load_tokenizer():
 
 
 def load_baseline(rev: str):
-    """``(ProposerConfig, simulate)`` of the core at git revision ``rev``, loaded as package
-    ``ssr_core_baseline`` from the files ``git show`` gives (nothing is checked out)."""
-    import importlib
-    import subprocess
-    import tempfile
+    """``(ProposerConfig, simulate)`` of the core at git revision ``rev`` (``core_baseline.load_core``)."""
+    from core_baseline import load_core
 
-    root = Path(tempfile.mkdtemp(prefix="ssr-core-baseline-"))
-    pkg = root / "ssr_core_baseline"
-    pkg.mkdir()
-    names = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", rev, "ssr_sglang/core/"],
-                           check=True, capture_output=True, text=True).stdout.split()
-    for name in names:
-        if name.endswith(".py"):
-            text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{name}"], check=True,
-                                  capture_output=True, text=True).stdout
-            (pkg / Path(name).name).write_text(text)
-    sys.path.insert(0, str(root))
-    prop = importlib.import_module("ssr_core_baseline.proposer")
-    sim = importlib.import_module("ssr_core_baseline.simulator")
-    return prop.ProposerConfig, sim.simulate
+    core = load_core(rev)
+    return core.ProposerConfig, core.simulate
 
 
 def run(limit: int, rates, nodes, ops, seed: int = 0, data: Path = DATA, tree: bool = False,

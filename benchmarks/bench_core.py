@@ -35,7 +35,14 @@ With ``--peers`` (default on; ``--no-peers`` to skip) the same token streams
 
 A peer that cannot be imported is skipped with the reason in the output.
 
+``--baseline REV`` also runs SSR's own rows with ``ssr_sglang/core`` as it was at
+git revision ``REV`` (loaded beside today's under another package name, see
+``core_baseline.py``), on the same token streams, the repeats of the two
+interleaved so that machine load hits both alike; rows ``ssr@REV`` sit beside
+today's.
+
 Usage: python benchmarks/bench_core.py [--out results.json] [--sizes 500,2000,8000] [--no-peers]
+       [--baseline 35ab2d0] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ssr_sglang.core import DraftProposer, ProposerConfig, SuffixIndex, layout_tree  # noqa: E402
+import ssr_sglang.core as CORE  # noqa: E402
 
 VOCAB = 32000
 
@@ -90,9 +97,9 @@ def best_of(fn, repeats: int = 3) -> float:
     return min(fn() for _ in range(repeats))
 
 
-def bench_update(tokens: list, streamed: bool) -> float:
+def bench_update(tokens: list, streamed: bool, core=CORE) -> float:
     def run() -> float:
-        idx = SuffixIndex()
+        idx = core.SuffixIndex()
         idx.add_source(0)
         t0 = time.perf_counter()
         if streamed:
@@ -105,12 +112,13 @@ def bench_update(tokens: list, streamed: bool) -> float:
     return best_of(run)
 
 
-def decode_loop(draft: list, answer: list, cfg: ProposerConfig, tree: bool, num_nodes: int = 8):
-    """Greedy decode of ``answer``.
+def decode_loop(draft: list, answer: list, cfg, tree: bool, num_nodes: int = 8, core=CORE):
+    """Greedy decode of ``answer`` (``cfg``: a ``core.ProposerConfig``).
 
     Returns (µs/step propose, µs/step record, steps, tokens/step, µs/step layout_tree).
     """
-    prop = DraftProposer(cfg)
+    layout_tree = core.layout_tree
+    prop = core.DraftProposer(cfg)
     prop.add_draft(draft)
     out: list = []
     t_prop = t_rec = t_layout = 0.0
@@ -314,6 +322,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                     help="also run ArcticInference SuffixDecodingCache and SGLang NgramCorpus")
+    ap.add_argument("--baseline", default="", help="also run SSR's rows with the core at this git revision")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per measurement; the fastest is reported")
     args = ap.parse_args()
     rows = []
     peers: dict = {}
@@ -325,40 +335,62 @@ def main() -> None:
                 skipped[name] = why
             else:
                 peers[name] = cls
+    impls = [("", CORE)]
+    if args.baseline:
+        from core_baseline import load_core
+
+        impls.append(("@" + args.baseline, load_core(args.baseline)))
     side: list = []
+    reps = args.repeats
     for size in [int(s) for s in args.sizes.split(",")]:
         rng = random.Random(args.seed + size)
         draft = make_tokens(size, rng)
         answer = make_answer(draft, rng)
-        cfg = ProposerConfig(max_tokens=7, min_match=2)
-        chain = min((decode_loop(draft, answer, cfg, tree=False) for _ in range(3)), key=lambda r: r[0])
-        suffix = min((decode_loop(draft, answer, ProposerConfig(max_tokens=7, min_match=2, use_prefix=False), False)
-                      for _ in range(3)), key=lambda r: r[0])
-        tree = min((decode_loop(draft, answer, cfg, tree=True) for _ in range(3)), key=lambda r: r[0])
-        rows.append({
-            "draft_tokens": size,
-            "answer_tokens": len(answer),
-            "update_bulk_us_per_token": bench_update(draft, streamed=False),
-            "update_streamed_us_per_token": bench_update(draft, streamed=True),
-            "propose_chain_us_per_step": chain[0],
-            "record_us_per_step": chain[1],
-            "chain_tokens_per_step": chain[3],
-            "propose_suffix_only_us_per_step": suffix[0],
-            "suffix_only_tokens_per_step": suffix[3],
-            "propose_tree_us_per_step": tree[0],
-            "layout_tree_us_per_step": tree[4],
-            "tree_tokens_per_step": tree[3],
-        })
-        r = rows[-1]
-        side.append({"impl": "ssr SuffixIndex/DraftProposer (chain)", "draft_tokens": size,
-                     "update_bulk_us_per_token": r["update_bulk_us_per_token"],
-                     "update_streamed_us_per_token": r["update_streamed_us_per_token"],
-                     "propose_us_per_step": r["propose_chain_us_per_step"],
-                     "record_us_per_step": r["record_us_per_step"],
-                     "tokens_per_step": r["chain_tokens_per_step"]})
+
+        def best(fn):
+            """Per impl, the fastest of ``reps`` runs of ``fn(core)``, the impls' runs interleaved."""
+            runs = {tag: [] for tag, _ in impls}
+            for _ in range(reps):
+                for tag, core in impls:
+                    runs[tag].append(fn(core))
+            return {tag: min(rs, key=lambda r: r[0] if isinstance(r, tuple) else r) for tag, rs in runs.items()}
+
+        chain = best(lambda c: decode_loop(draft, answer, c.ProposerConfig(max_tokens=7, min_match=2), False,
+                                           core=c))
+        suffix = best(lambda c: decode_loop(draft, answer,
+                                            c.ProposerConfig(max_tokens=7, min_match=2, use_prefix=False), False,
+                                            core=c))
+        tree = best(lambda c: decode_loop(draft, answer, c.ProposerConfig(max_tokens=7, min_match=2), True,
+                                          core=c))
+        bulk = best(lambda c: bench_update(draft, streamed=False, core=c))
+        streamed = best(lambda c: bench_update(draft, streamed=True, core=c))
+        for tag, _ in impls:
+            rows.append({
+                "impl": "ssr" + tag,
+                "draft_tokens": size,
+                "answer_tokens": len(answer),
+                "update_bulk_us_per_token": bulk[tag],
+                "update_streamed_us_per_token": streamed[tag],
+                "propose_chain_us_per_step": chain[tag][0],
+                "record_us_per_step": chain[tag][1],
+                "chain_tokens_per_step": chain[tag][3],
+                "propose_suffix_only_us_per_step": suffix[tag][0],
+                "suffix_only_tokens_per_step": suffix[tag][3],
+                "propose_tree_us_per_step": tree[tag][0],
+                "layout_tree_us_per_step": tree[tag][4],
+                "tree_tokens_per_step": tree[tag][3],
+            })
+            r = rows[-1]
+            side.append({"impl": f"ssr{tag} SuffixIndex/DraftProposer (chain)", "draft_tokens": size,
+                         "update_bulk_us_per_token": r["update_bulk_us_per_token"],
+                         "update_streamed_us_per_token": r["update_streamed_us_per_token"],
+                         "propose_us_per_step": r["propose_chain_us_per_step"],
+                         "record_us_per_step": r["record_us_per_step"],
+                         "tokens_per_step": r["chain_tokens_per_step"]})
         if peers:
             side.extend(peer_rows(size, draft, answer, peers))
     cols = [
+        ("impl", "impl", "{}"),
         ("draft", "draft_tokens", "{}"),
         ("update bulk µs/tok", "update_bulk_us_per_token", "{:.2f}"),
         ("update streamed µs/tok", "update_streamed_us_per_token", "{:.2f}"),
@@ -369,6 +401,7 @@ def main() -> None:
         ("record µs/step", "record_us_per_step", "{:.2f}"),
         ("tok/step chain", "chain_tokens_per_step", "{:.2f}"),
         ("tok/step suffix-only", "suffix_only_tokens_per_step", "{:.2f}"),
+        ("tok/step tree", "tree_tokens_per_step", "{:.2f}"),
     ]
     print("| " + " | ".join(c[0] for c in cols) + " |")
     print("|" + "---|" * len(cols))
@@ -395,7 +428,8 @@ def main() -> None:
             print(f"skipped {name}: {why}")
     if args.out:
         meta = {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
-                "machine": platform.machine(), "seed": args.seed}
+                "machine": platform.machine(), "seed": args.seed,
+                "baseline": args.baseline, "repeats": args.repeats}
         if args.peers:
             meta["peers"] = {"arctic": {"max_tree_depth": ARCTIC_DEPTH, "max_spec_tokens": 7,
                                         "max_spec_factor": 1.0, "min_token_prob": 0.1},
