@@ -38,15 +38,21 @@ keeps the best-scoring ``max_nodes`` nodes (a child never scores above its
 parent, so they form a tree) and returns them as branches, best first;
 :meth:`~DraftProposer.propose` follows the best child from the root.
 
-Per step the cost is O(new answer tokens x sources) for the cursors and the
-automaton, plus, only for drafts without a strong cursor, a bisect and at
-most ``local_candidates`` backward comparisons.
+Per step the cost is one slice comparison per source with a cursor (the new
+answer tokens against it) and the continuation of each cursor; only a step
+with a draft that lacks a strong cursor searches: the automata match the
+answer's last tokens (skipped, by two dict look-ups, in a source that lacks
+its last ``min_match`` tokens), the window near ``home`` is scanned (skipped
+when the draft lacks the last token: the automaton's root knows) with at most
+``local_candidates`` backward comparisons, and the answer's own token
+positions are brought up to date.  ``benchmarks/bench_core.py --baseline REV``
+measures it against an earlier core.
 """
 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
@@ -170,17 +176,13 @@ class _Draft:
         self.used_at = 0
 
 
-def _index_positions(where: Dict[int, List[int]], tokens: List[int], lo: int, hi: int) -> None:
-    """Enter ``tokens[lo:hi]`` in the position lists ``where``."""
-    for i in range(lo, hi):
-        t = tokens[i]
-        lst = where.get(t)
-        if lst is None:
-            where[t] = [i]
-        else:
-            lst.append(i)
+def _index_positions(where: "defaultdict[int, List[int]]", tokens: List[int], lo: int, hi: int) -> None:
+    """Enter ``tokens[lo:hi]`` in the position lists ``where`` (a ``defaultdict(list)``)."""
+    for i, t in enumerate(tokens[lo:hi], lo):
+        where[t].append(i)
 
 
+_FAR_FEED = 32  # the automata match at most this many of the answer's last tokens (see _search)
 _CHECK_WHOLE = 64  # answers up to this long are compared whole; longer ones at both ends
 _CHECK_ENDS = 16
 
@@ -200,6 +202,10 @@ def _same_start(answer: Sequence[int], mine: List[int]) -> bool:
 
 
 def _as_ints(tokens: Sequence[int]) -> List[int]:
+    """``tokens`` as a list of ints; a list of ints (what SGLang's ``output_ids`` are) is returned as it
+    is (callers copy it), so the per-step path does not convert token by token."""
+    if type(tokens) is list and (not tokens or (type(tokens[0]) is int and type(tokens[-1]) is int)):
+        return tokens
     tolist = getattr(tokens, "tolist", None)
     if tolist is not None:
         return list(tolist())
@@ -224,9 +230,7 @@ class DraftProposer:
         self.config = config or ProposerConfig()
         cfg = self.config
         self._index = SuffixIndex(cfg.max_index_tokens, cfg.max_context)
-        self._cursor = self._index.cursor()
-        self._unfed: List[int] = []  # answer tokens not yet fed to the suffix automata
-        self._self_where: Dict[int, List[int]] = {}  # the answer so far as a source: token -> positions
+        self._self_where: "defaultdict[int, List[int]]" = defaultdict(list)  # answer as a source: token -> positions
         self._self_indexed = 0
         self._drafts: Dict[int, _Draft] = {}
         self._newest_first: List[_Draft] = []  # every source, newest first
@@ -330,24 +334,40 @@ class DraftProposer:
         mine = self._answer
         m = len(mine)
         n = len(answer)
-        if n < m or (m and not _same_start(answer, mine)):
-            self._reset_answer(answer)
-            return
+        if m:
+            if n < m:
+                self._reset_answer(answer)
+                return
+            if m > _CHECK_WHOLE and type(answer) is list:  # _same_start, inlined for the per-step case
+                t = m - _CHECK_ENDS
+                same = answer[t:m] == mine[t:] and answer[:_CHECK_ENDS] == mine[:_CHECK_ENDS]
+            else:
+                same = _same_start(answer, mine)
+            if not same:
+                self._reset_answer(answer)
+                return
         if n == m:
             return
-        new = _as_ints(answer[m:])
-        mine.extend(new)
+        mine.extend(_as_ints(answer[m:]))
         for d in self._newest_first:
-            if d.off is not None:
-                self._check(d)
-        self._unfed.extend(new)  # the automata advance only when a search needs them
+            off = d.off
+            if off is not None:
+                lo = d.checked
+                toks = d.tokens
+                upto = len(toks) - off
+                if upto > n:
+                    upto = n
+                if upto > lo:
+                    if toks[lo + off:upto + off] == mine[lo:upto]:  # _check's agreeing case, inlined
+                        d.checked = upto
+                        d.run += upto - lo
+                    else:
+                        self._check(d)
 
     def _reset_answer(self, answer: Sequence[int]) -> None:
         """The answer was not an extension of the last one: start over."""
         self._answer = []
-        self._cursor.reset()
-        self._unfed = []
-        self._self_where = {}
+        self._self_where = defaultdict(list)
         self._self_indexed = 0
         for d in self._drafts.values():
             d.restart(self.config.use_prefix)
@@ -358,34 +378,39 @@ class DraftProposer:
         """Candidate continuations, each ``[weight, q, tokens, kind, source id, evidence]``, in the
         order they break ties (cursor continuations first, newest draft first)."""
         cfg = self.config
-        ans = self._answer
-        n = len(ans)
+        n = len(self._answer)
         out = []
-        searching = []
+        searching = None
+        strong = cfg.strong_run
         for d in self._newest_first:
             off = d.off
             if off is not None:
                 start = n + off
                 toks = d.tokens
                 if start < len(toks):
-                    run = d.run if not d.aligned else n + cfg.strong_run
-                    w = d.weight * cfg.local_weight * _W[run if run < 64 else 64]
                     if d.aligned:
+                        run = n + strong
                         if cfg.use_prefix:
-                            out.append([w, _q(run), toks[start:start + k], PREFIX,
-                                        d.sid, n])
-                    elif cfg.use_suffix:
-                        out.append([w, _q(run), toks[start:start + k], SUFFIX,
-                                    d.sid, run])
-                    if run >= cfg.strong_run:
+                            out.append([d.weight * cfg.local_weight * _W[run if run < 64 else 64],
+                                        _Q[run] if run < 256 else _Q[256], toks[start:start + k], PREFIX, d.sid, n])
+                    else:
+                        run = d.run
+                        if cfg.use_suffix:
+                            out.append([d.weight * cfg.local_weight * _W[run if run < 64 else 64],
+                                        _Q[run] if run < 256 else _Q[256], toks[start:start + k], SUFFIX, d.sid,
+                                        run])
+                    if run >= strong:
                         continue
-                elif d.aligned or d.run >= cfg.strong_run:
+                elif d.aligned or d.run >= strong:
                     continue  # waiting for the draft to write what comes next
-            if cfg.use_suffix and n:
-                searching.append(d)
+            if n and cfg.use_suffix:
+                if searching is None:
+                    searching = [d]
+                else:
+                    searching.append(d)
         if searching:
             self._search(searching, k, out)
-        if cfg.answer_source and cfg.use_suffix and n > 1 and (searching or not out):
+        if n > 1 and cfg.answer_source and cfg.use_suffix and (searching or not out):
             self._search_answer(k, out)
         return out
 
@@ -395,21 +420,19 @@ class DraftProposer:
         ans = self._answer
         n = len(ans)
         cap = cfg.max_context
-        if self._unfed:
-            self._cursor.feed(self._unfed)
-            self._unfed = []
-        far = {}
-        for m in self._cursor.matches(k, cfg.min_match):
-            far[m.source_id] = m
+        # the longest match anywhere in each source, of the last _FAR_FEED answer tokens at most (one that
+        # long is extended backwards below); sources without the answer's last min_match tokens cost nothing
+        far = {sid: (e, pos) for sid, e, pos in self._index.occurrences(ans[-_FAR_FEED:], cfg.min_match)}
         last = ans[-1]
         lw = cfg.local_weight
+        has_token = self._index.has_token
         for d in drafts:
             toks = d.tokens
             size = len(toks)
             best = None
             at = n + d.off if d.off is not None else -1  # a weak cursor's position: already a candidate
             seen = []
-            if d.home >= 0 and cfg.local_candidates:
+            if d.home >= 0 and cfg.local_candidates and has_token(d.sid, last):
                 # occurrences of the answer's last token from a little before home on, nearest first
                 home = d.home
                 expect = home + (n - d.lost_at)
@@ -435,12 +458,17 @@ class DraftProposer:
                         best = c
                         best_pos = p + 1
             m = far.get(d.sid)
-            if m is not None and m.span and m.position != at and m.position not in seen:
-                c = [d.weight * _W[m.length], _q(m.length), m.span, SUFFIX, d.sid, m.length]
+            if m is not None and m[1] != at and m[1] < size and m[1] not in seen:
+                e, pos = m
+                if e >= _FAR_FEED:
+                    p = pos - 1
+                    while e < cap and e < n and p >= e and toks[p - e] == ans[n - 1 - e]:
+                        e += 1
+                c = [d.weight * _W[e], _q(e), toks[pos:pos + k], SUFFIX, d.sid, e]
                 out.append(c)
                 if best is None or c[0] > best[0]:
                     best = c
-                    best_pos = m.position
+                    best_pos = pos
             if best is not None and (d.off is None or best[5] > d.run):
                 # the best candidate becomes the cursor: if the answer follows it, the next step continues it
                 d.off, d.checked, d.run = best_pos - n, n, best[5]
@@ -459,8 +487,11 @@ class DraftProposer:
             return
         cap = cfg.max_context
         w = cfg.answer_weight
-        for i in range(len(lst) - 1, max(-1, len(lst) - 1 - max(1, cfg.local_candidates)), -1):
-            p = lst[i]
+        two = cfg.min_match > 1
+        prev = ans[n - 2]
+        for p in reversed(lst[-max(1, cfg.local_candidates):]):
+            if two and (p < 1 or ans[p - 1] != prev):
+                continue  # evidence 1 < min_match: not a candidate
             e = 1
             while e < cap and p >= e and ans[p - e] == ans[n - 1 - e]:
                 e += 1
@@ -481,21 +512,55 @@ class DraftProposer:
                 c = cands[0]
                 prop = Proposal(c[2], c[3], c[4], c[5])
             elif cands:
-                trie = self._trie(cands)
-                toks = []
-                node = trie
-                best = None
-                while node:
-                    t, e = max(node.items(), key=lambda kv: kv[1][0])
-                    toks.append(t)
-                    best = e[2]
-                    node = e[1]
+                toks, best = self._best_path(cands)
                 c = cands[best]
                 prop = Proposal(toks, c[3], c[4], c[5])
         if prop is None:
             prop = Proposal([])
         self._last = [prop]
         return prop
+
+    @staticmethod
+    def _best_path(cands: list):
+        """The path that follows the best-scoring child at every depth of :meth:`_trie` of ``cands``,
+        and the index of the best candidate through its last node, found level by level among the
+        candidates still on the path (the same sums in the same order, without building the trie)."""
+        alive = list(range(len(cands)))
+        score = [c[0] for c in cands]
+        toks: List[int] = []
+        best = 0
+        depth = 0
+        while alive:
+            if len(alive) == 1:  # one candidate left: the path is the rest of it, and it is the best there
+                best = alive[0]
+                toks.extend(cands[best][2][depth:])
+                break
+            agg: dict = {}  # token -> [summed score, best candidate, its score]
+            for ci in alive:
+                c = cands[ci]
+                seq = c[2]
+                if depth < len(seq):
+                    sc = score[ci] = score[ci] * c[1]
+                    t = seq[depth]
+                    e = agg.get(t)
+                    if e is None:
+                        agg[t] = [sc, ci, sc]
+                    else:
+                        e[0] += sc
+                        if sc > e[2]:
+                            e[1], e[2] = ci, sc
+            if not agg:
+                break
+            top = None
+            for t, e in agg.items():  # the first of equal scores, as max() over the trie's children
+                if top is None or e[0] > top[0]:
+                    top, tok = e, t
+            toks.append(tok)
+            best = top[1]
+            if len(agg) > 1:
+                alive = [ci for ci in alive if depth < len(cands[ci][2]) and cands[ci][2][depth] == tok]
+            depth += 1
+        return toks, best
 
     @staticmethod
     def _trie(cands: list) -> dict:

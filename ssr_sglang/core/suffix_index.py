@@ -190,6 +190,11 @@ class SuffixIndex:
         self._total += len(tokens)
         return len(tokens)
 
+    def has_token(self, source_id: int, token: int) -> bool:
+        """Whether ``token`` occurs among a source's indexed tokens (one dict look-up: the root's
+        transitions)."""
+        return token in self._sources[source_id]._next[0]
+
     def tokens(self, source_id: int) -> List[int]:
         """The indexed tokens of a source (internal list: do not mutate)."""
         return self._sources[source_id].tokens
@@ -206,6 +211,36 @@ class SuffixIndex:
         return source_id in self._sources
 
     # -- queries -------------------------------------------------------
+    def occurrences(self, context: Sequence[int], min_match: int = 1) -> List[tuple]:
+        """``(source_id, length, position)`` of every source's longest usable match of a suffix of
+        ``context`` (at least ``min_match`` tokens, at most ``len(context)`` and ``max_context``), in
+        no particular order; ``position`` as in :class:`Match`.  Stateless and cheap when nothing
+        matches: a source in which the last ``min_match`` context tokens do not occur together costs
+        at most ``min_match`` dict look-ups; the others one pass over ``context``."""
+        min_match = max(1, min_match)
+        if len(context) < min_match:
+            return []
+        tail = context[-min_match:]
+        cap = self.max_context
+        if len(context) > cap:
+            context = context[-cap:]
+        out = []
+        for sid, sam in self._sources.items():
+            nxt = sam._next
+            state = 0
+            for c in tail:
+                state = nxt[state].get(c)
+                if state is None:
+                    break
+            if state is None:
+                continue
+            state, matched = sam.run(context, 0, 0, cap)
+            if matched >= min_match:
+                length, pos = sam.occurrence(state, matched)
+                if length >= min_match:
+                    out.append((sid, length, pos))
+        return out
+
     def cursor(self) -> "MatchCursor":
         """An incremental matcher for an append-only context."""
         return MatchCursor(self)

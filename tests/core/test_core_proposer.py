@@ -1,7 +1,7 @@
 """DraftProposer behaviour and a rule-based fuzz of its API."""
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ssr_sglang.core.proposer import ANSWER_ID, DraftProposer, ProposerConfig
@@ -125,6 +125,26 @@ def test_propose_tree_branches():
     br = p.propose_tree([1, 2, 3], 3)
     assert trie_size([b.tokens for b in br]) == 3 and br[0].tokens[0] == 9
     assert p.propose_tree([1, 2, 3], 0) == []
+
+
+def _trie_walk(cands):
+    """The chain propose() used to build: follow the best child of the full trie at every depth."""
+    node, toks, best = DraftProposer._trie(cands), [], None
+    while node:
+        t, e = max(node.items(), key=lambda kv: kv[1][0])
+        toks.append(t)
+        best, node = e[2], e[1]
+    return toks, best
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.5, 1.0, 2.0, 8.0]), st.sampled_from([0.5, 0.75, 0.9]),
+                          st.lists(st.integers(0, 2), min_size=1, max_size=6)), min_size=2, max_size=8))
+def test_best_path_equals_the_trie_walk(raw):
+    """_best_path (level by level over the candidates still on the path) gives the trie walk's tokens
+    and the same best candidate, ties included."""
+    cands = [[w, q, toks, "suffix", i, 1] for i, (w, q, toks) in enumerate(raw)]
+    assert DraftProposer._best_path(cands) == _trie_walk(cands)
 
 
 def test_config_validation():

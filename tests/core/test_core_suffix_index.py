@@ -152,3 +152,25 @@ def test_long_random_source_spot_check():
         assert toks[m.position - 8:m.position] == toks[i - 8:i]
         assert m.position <= i  # earliest occurrence
         assert m.span == toks[m.position:m.position + 5]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    srcs=st.lists(st.tuples(st.sampled_from([0, 1, -1]), tokens_st), min_size=1, max_size=4),
+    context=st.lists(st.integers(0, 3), max_size=30),
+    window=st.sampled_from([1, 2, 5, 64]),
+    min_match=st.integers(1, 4),
+)
+def test_occurrences_equal_per_source_matches(srcs, context, window, min_match):
+    """occurrences(): every source's longest usable match, as matches() reports it (without spans);
+    has_token(): whether a token is among a source's indexed tokens."""
+    idx = SuffixIndex(max_context=window)
+    for sid, (prio, toks) in enumerate(srcs):
+        idx.add_source(sid, prio)
+        idx.extend(sid, toks)
+    got = sorted(idx.occurrences(context, min_match))
+    want = sorted((m.source_id, m.length, m.position) for m in idx.matches(context, 1, min_match))
+    assert got == want
+    for sid, (_, toks) in enumerate(srcs):
+        for t in range(5):
+            assert idx.has_token(sid, t) == (t in toks)
