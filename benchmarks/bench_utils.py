@@ -78,7 +78,8 @@ def longproc_prompts(folder: Path, task: str) -> list:
         missing = names - fields.keys()
         if missing:
             raise KeyError(f"LongProc {task} row {i}: no field for {sorted(missing)}")
-        out.append({"id": f"{task}/{row.get('task_id', row.get('problem_id', i))}",
+        key = row.get("task_id", row.get("problem_id"))  # not unique: pseudo_to_code has several rows per problem
+        out.append({"id": f"{task}/{i}" + (f"-{key}" if key is not None else ""),
                     "messages": [{"role": "user", "content": template.format(**fields)}], "expected": None})
     return out
 

@@ -21,12 +21,15 @@ Expected saving of a draft forked after ``r`` reasoning tokens::
 
 Expected cost::
 
-    C = t_prefill + (D / a_self) * c_draft
+    C = B * (t_prefill + (D / a_self) * c_draft)
 
 * ``D = min(draft cap, A)`` tokens the draft writes, ``a_self`` its own tokens per step (a draft
   seeded with an earlier draft's answer accepts much of it per step), ``c_draft`` the measured extra
   seconds one draft adds to a reasoning step at this batch size (whole scheduler iterations),
-  ``t_prefill`` the measured draft prefill time.
+  ``t_prefill`` the measured draft prefill time;
+* ``B`` the client requests in the running batch: every one of them waits for the draft's share of
+  each step and for its prefill pass, while the saving goes to one request (``B = 1`` at batch 1;
+  where ``c_draft`` and ``t_prefill`` are near zero, as on a GPU, ``B`` changes nothing).
 
 With no draft yet the request forks iff ``S > C``, or if the draft pays together with the seeded
 draft it enables (forked when it is done: faster, and closer to the answer). One draft runs at a
@@ -46,7 +49,8 @@ policy drafts as the paper does.
 Until the server has seen ``MIN_HISTORY`` reasoning requests (and while a request reasons longer
 than all but ``MIN_HISTORY`` of them) decisions fall back to the request's fixed schedule
 (``Decision.fork is None``); a draft cost not measured at a batch size in the last ``STALE_STEPS``
-reasoning steps is explored (one draft measures it). A request stops drafting once two consecutive finished drafts agree (the answer has
+reasoning steps is explored (one draft measures it: while it does, within ``EXPLORE_GAP`` steps of
+the grant, other requests at that batch size are not granted another exploring draft). A request stops drafting once two consecutive finished drafts agree (the answer has
 settled).
 """
 
@@ -65,6 +69,7 @@ HISTORY = 256  # recent requests the reasoning-length statistics cover
 WINDOW = 64  # recent samples behind each time estimate
 MIN_COST_SAMPLES = 3  # draft-carrying steps at a batch size before its cost counts as measured
 STALE_STEPS = 1024  # draft-free reasoning steps after which a draft cost counts as unmeasured again
+EXPLORE_GAP = 64  # decode steps after an exploring draft is granted before another may explore the same batch size
 PRIOR_TOKENS = 1.0  # pseudo answer tokens behind the optimistic prior of an unmeasured fork distance
 BUCKETS = 64
 _CENTRES = np.arange(1, BUCKETS) - 1 + np.log2(1.5)  # log2 of the middle of buckets 1.. (2**(b-1) to 2**b - 1)
@@ -137,8 +142,8 @@ class DraftPolicy:
 
     Lifecycle: the engine calls :meth:`observe_step` once per decode step, :meth:`observe_prefill`
     for each draft prefill, :meth:`observe_request` once per finished client request and
-    :meth:`observe_draft` once per finished draft; :meth:`decide` reads only. Not thread-safe
-    (one per scheduler process).
+    :meth:`observe_draft` once per finished draft; :meth:`decide` reads the measurements and writes
+    only the step of its last exploring grant. Not thread-safe (one per scheduler process).
     """
 
     def __init__(self, max_accept: float = 8.0) -> None:
@@ -154,6 +159,8 @@ class DraftPolicy:
         self._since_extra: Dict[int, int] = collections.defaultdict(int)
         self._answer_step: Dict[int, _Window] = collections.defaultdict(_Window)
         self._prefill = _Window()
+        self._steps = 0  # decode steps observed
+        self._explored: Dict[int, int] = {}  # batch bucket -> step of the last exploring draft granted
         # Recent reasoning lengths and whether an answer followed (False: the request ended inside
         # its reasoning, e.g. at max_new_tokens -- a draft forked for it was never used).
         self._lengths: Deque[Tuple[int, bool]] = collections.deque(maxlen=HISTORY)
@@ -174,6 +181,7 @@ class DraftPolicy:
         trees)."""
         if batch_size < 1 or seconds <= 0:
             return
+        self._steps += 1
         b = bucket(batch_size)
         if not reasoning:
             if drafts == 0:
@@ -316,11 +324,11 @@ class DraftPolicy:
                   "saving_s": saving}
         extra = self._extra.get(b)
         if extra is None or extra.n < MIN_COST_SAMPLES or self._since_extra[b] > STALE_STEPS:
-            return Decision(saving > 0, f"exploring: draft cost at batch size {v.batch_size} not measured lately",
-                            inputs)
+            return self._explore(b, v.batch_size, saving, inputs)
         per_step = max(0.0, extra.value)
-        cost = self._prefill.value + draft_len / max(a_new, 1e-6) * per_step
-        inputs.update(draft_step_s=per_step, prefill_s=self._prefill.value, cost_s=cost)
+        sharers = max(1, v.batch_size)
+        cost = sharers * (self._prefill.value + draft_len / max(a_new, 1e-6) * per_step)
+        inputs.update(draft_step_s=per_step, prefill_s=self._prefill.value, sharers=sharers, cost_s=cost)
         if v.latest is None:
             return self._first(v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs)
         at, written, _ = v.latest
@@ -330,6 +338,19 @@ class DraftPolicy:
         if gain > cost:
             return Decision(True, "newer draft: gain over the last one > cost", inputs)
         return Decision(False, "newer draft: gain over the last one <= cost", inputs)
+
+    def _explore(self, b: int, batch_size: int, saving: float, inputs: dict) -> Decision:
+        """Draft cost at this batch size unknown or stale: one draft measures it (if it could save
+        anything); other requests at the same batch size wait ``EXPLORE_GAP`` steps for its figures."""
+        granted = self._explored.get(b)
+        if granted is not None and self._steps - granted < EXPLORE_GAP:
+            return Decision(False, f"exploring: another draft is measuring the cost at batch size {batch_size}",
+                            inputs)
+        if saving <= 0:
+            return Decision(False, f"exploring: draft cost at batch size {batch_size} not measured lately, "
+                                   "and no saving expected", inputs)
+        self._explored[b] = self._steps
+        return Decision(True, f"exploring: draft cost at batch size {batch_size} not measured lately", inputs)
 
     def _first(self, v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs) -> Decision:
         """The first draft is also worth what it enables: a seeded draft forked when it is done,
@@ -346,7 +367,8 @@ class DraftPolicy:
             j = int(np.searchsorted(self._sorted_len, r1, side="right")) - i
             succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_plain, r1, 0)
         pair = scale * float(np.maximum(new, succ).mean())
-        pair_cost = cost + float(later.mean()) * (self._prefill.value + draft_len / max(a_seeded, 1e-6) * per_step)
+        pair_cost = cost + float(later.mean()) * max(1, v.batch_size) * (
+            self._prefill.value + draft_len / max(a_seeded, 1e-6) * per_step)
         inputs.update(with_successor_saving_s=pair, with_successor_cost_s=pair_cost)
         if saving > cost:
             return Decision(True, "saving > cost", inputs)

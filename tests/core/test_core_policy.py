@@ -186,3 +186,45 @@ def test_draft_cap_follows_answer_lengths():
 def test_bucket():
     assert [bucket(n) for n in (0, 1, 2, 3, 4, 7, 8, 1000)] == [0, 1, 2, 2, 3, 3, 4, 10]
     assert MIN_HISTORY >= 1
+
+
+def _measured(policy, batch_sizes, extra):
+    """Draft-free and draft-carrying reasoning steps at each batch size, a prefill, and history."""
+    for b in batch_sizes:
+        for _ in range(10):
+            policy.observe_step(b, 0, STEP, True)
+            policy.observe_step(b, 1, STEP + extra, True)
+    policy.observe_prefill(STEP)
+    for R in range(60, 110, 5):
+        policy.observe_request(R, ANSWER, (ANSWER, 50), (ANSWER, 13), [(R - 10, ANSWER, 13)])
+
+
+def test_a_draft_costs_every_request_that_shares_its_steps():
+    """Same step costs at batch 1 and 8: a draft that pays for one request alone does not pay
+    when eight requests each wait for its share of every step (and its prefill)."""
+    policy = DraftPolicy(max_accept=12)
+    _measured(policy, (1, 8), 0.1 * STEP)
+    one = policy.decide(RequestView(85, 1.5, 1, False, 512, False))
+    eight = policy.decide(RequestView(85, 1.5, 8, False, 512, False))
+    assert one.fork is True and one.inputs["sharers"] == 1, one
+    assert eight.fork is False and eight.inputs["sharers"] == 8, eight
+    assert eight.inputs["cost_s"] == pytest.approx(8 * one.inputs["cost_s"])
+
+
+def test_one_exploring_draft_at_a_time_per_batch_size():
+    """Many requests reaching a decision at a batch size whose draft cost is unknown: one draft is
+    granted to measure it; the others wait, then may explore again if no figures came."""
+    from ssr_sglang.core.policy import EXPLORE_GAP
+
+    policy = DraftPolicy(max_accept=12)
+    _measured(policy, (1,), 0.1 * STEP)
+    for _ in range(5):
+        policy.observe_step(16, 0, STEP, True)  # batch 16: steps measured, no draft yet
+    view = RequestView(85, 1.5, 16, False, 512, False)
+    first, second = policy.decide(view), policy.decide(view)
+    assert first.fork is True and first.reason.startswith("exploring"), first
+    assert second.fork is False and "another draft is measuring" in second.reason, second
+    assert policy.decide(RequestView(85, 1.5, 1, False, 512, False)).fork is True  # other batch sizes unaffected
+    for _ in range(EXPLORE_GAP):
+        policy.observe_step(16, 0, STEP, True)
+    assert policy.decide(view).fork is True
