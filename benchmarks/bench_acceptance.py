@@ -29,10 +29,14 @@ real code, not drafts written by a model.
 verifies) instead of chains. ``--baseline REV`` also replays every case with
 the core as it was at git revision ``REV`` (its files loaded under another
 package name, in the same process), so rows ``mode@REV`` sit beside today's.
+``--context`` adds the mode ``both+ctx``: both, with the task's prompt (its
+ClassEval ``skeleton``: the class, signatures and docstrings the solution
+repeats) as a lower-priority reference source, as the server's
+``ssr_context`` does with the prompt and the reasoning.
 
 Usage: python benchmarks/bench_acceptance.py [--limit 40] [--rates 0,0.1,0.3]
        [--nodes 8,16] [--ops rename,docstring,reorder,drop,wrong_line,mixed] [--tree]
-       [--baseline HEAD~3] [--out r.json]
+       [--baseline HEAD~3] [--context] [--out r.json]
 """
 
 from __future__ import annotations
@@ -229,7 +233,7 @@ def load_baseline(rev: str):
 
 
 def run(limit: int, rates, nodes, ops, seed: int = 0, data: Path = DATA, tree: bool = False,
-        baseline: str = ""):
+        baseline: str = "", context: bool = False):
     tasks = json.loads(Path(data).read_text())[:limit]
     tok, tok_name = load_tokenizer()
 
@@ -239,6 +243,9 @@ def run(limit: int, rates, nodes, ops, seed: int = 0, data: Path = DATA, tree: b
     impls = [("", ProposerConfig, simulate)]
     if baseline:
         impls.append(("@" + baseline, *load_baseline(baseline)))
+    modes = dict(MODES)
+    if context:
+        modes["both+ctx"] = dict(use_prefix=True, use_suffix=True)
     agg: dict = {}
     answer_tokens = 0
     t0 = time.perf_counter()
@@ -246,16 +253,18 @@ def run(limit: int, rates, nodes, ops, seed: int = 0, data: Path = DATA, tree: b
         code = task["solution_code"]
         answer = enc(code)
         answer_tokens += len(answer)
+        prompt = enc(task["skeleton"]) if context else []
         for op in ops:
             for rate in rates:
                 if rate == 0 and op != ops[0]:
                     continue  # the unedited draft is the same for every operator
                 draft = enc(make_draft(code, op, rate, seed * 100003 + ti)) if rate > 0 else list(answer)
                 for nn in nodes:
-                    for mode, flags in MODES.items():
+                    for mode, flags in modes.items():
                         for tag, config_cls, sim in impls:
                             cfg = config_cls(max_tokens=max(1, nn - 1), **flags)
-                            rep = sim(answer, [draft], cfg, num_nodes=nn, tree=tree)
+                            refs = [prompt] if mode.endswith("+ctx") else []
+                            rep = sim(answer, [draft], cfg, num_nodes=nn, tree=tree, references=refs)
                             key = ("none" if rate == 0 else op, rate, nn, mode + tag)
                             a = agg.setdefault(key, [0, 0, 0, 0, 0])
                             a[0] += rep.plain_steps
@@ -272,7 +281,7 @@ def run(limit: int, rates, nodes, ops, seed: int = 0, data: Path = DATA, tree: b
     meta = {"tokenizer": tok_name, "tasks": len(tasks), "answer_tokens": answer_tokens,
             "data": str(data), "rates": list(rates), "nodes": list(nodes), "ops": list(ops),
             "seed": seed, "seconds": time.perf_counter() - t0, "tree": tree, "baseline": baseline,
-            "modes": [m + tag for tag, _, _ in impls for m in MODES],
+            "context": context, "modes": [m + tag for tag, _, _ in impls for m in modes],
             "note": "controlled drafts: ClassEval solution_code edited by ast/regex operators; "
                     "tokens_per_step = answer tokens / verify steps (chain, oracle greedy target)"}
     return {"meta": meta, "rows": rows}
@@ -309,6 +318,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--tree", action="store_true", help="tree proposals (as the server verifies), not chains")
     ap.add_argument("--baseline", default="", help="also replay with the core at this git revision")
+    ap.add_argument("--context", action="store_true",
+                    help="also mode both+ctx: the task's skeleton (its prompt) as a reference source")
     ap.add_argument("--out", type=Path, default=None, help="write JSON results here")
     args = ap.parse_args()
     ops = [o for o in args.ops.split(",") if o]
@@ -316,7 +327,7 @@ def main() -> None:
         if o not in OPS:
             ap.error(f"unknown op {o!r}; choose from {', '.join(OPS)}")
     res = run(args.limit, [float(r) for r in args.rates.split(",")], [int(n) for n in args.nodes.split(",")],
-              ops, args.seed, args.data, args.tree, args.baseline)
+              ops, args.seed, args.data, args.tree, args.baseline, args.context)
     print(markdown(res))
     print(f"\n({res['meta']['seconds']:.1f} s)")
     if args.out:

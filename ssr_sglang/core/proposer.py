@@ -30,7 +30,9 @@ next step simply continues there (a *suffix* proposal with growing evidence).
 **Scores and the tree.** A candidate with evidence ``e`` (matched tokens)
 continues correctly at each next token with an assumed probability ``q(e) =
 1 - 1 / (e + 2)``; candidates near ``home`` (and cursor continuations) weigh
-``local_weight`` times a far match; references weigh less.  Every candidate's
+``local_weight`` times a far match; references (prompt, reasoning) weigh
+``reference_weight`` and are searched only in steps where no source proposes
+with a strong cursor, so they cost nothing while a draft is being followed.  Every candidate's
 continuation is inserted into one trie, a node scoring the summed weight x
 ``q^depth`` of the candidates through it, so a continuation that several
 occurrences or drafts share scores higher.  :meth:`~DraftProposer.propose_tree`
@@ -78,7 +80,8 @@ class ProposerConfig:
     ``back`` tokens before where it was lost to ``window`` tokens past where
     the answer would be had it kept pace; ``local_weight``: weight of a
     candidate near the cursor against a match elsewhere (1);
-    ``reference_weight``: weight of a reference source's candidates;
+    ``reference_weight``: weight of a reference source's candidates (0.125: on
+    ``bench_acceptance.py --context`` it gains most and loses no edit kind);
     ``use_prefix``/``use_suffix``: for ablations (without prefix, drafts
     start with no cursor and are found by suffix matching);
     ``max_index_tokens``/``max_context``: suffix index caps.
@@ -92,7 +95,7 @@ class ProposerConfig:
     back: int = 8
     local_weight: float = 2.0
     distance_scale: float = 20.0
-    reference_weight: float = 0.5
+    reference_weight: float = 0.125
     answer_source: bool = True
     answer_weight: float = 0.5
     use_prefix: bool = True
@@ -381,6 +384,8 @@ class DraftProposer:
         n = len(self._answer)
         out = []
         searching = None
+        deferred = None  # references without a cursor: searched only when no source proposes confidently
+        confident = False
         strong = cfg.strong_run
         for d in self._newest_first:
             off = d.off
@@ -400,14 +405,24 @@ class DraftProposer:
                                         _Q[run] if run < 256 else _Q[256], toks[start:start + k], SUFFIX, d.sid,
                                         run])
                     if run >= strong:
+                        confident = True
                         continue
                 elif d.aligned or d.run >= strong:
                     continue  # waiting for the draft to write what comes next
+            elif d.is_reference:
+                if n and cfg.use_suffix:
+                    if deferred is None:
+                        deferred = [d]
+                    else:
+                        deferred.append(d)
+                continue
             if n and cfg.use_suffix:
                 if searching is None:
                     searching = [d]
                 else:
                     searching.append(d)
+        if deferred and not confident:
+            searching = deferred if searching is None else searching + deferred
         if searching:
             self._search(searching, k, out)
         if n > 1 and cfg.answer_source and cfg.use_suffix and (searching or not out):

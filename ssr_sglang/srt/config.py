@@ -23,6 +23,9 @@ environment variable           custom_params key          meaning
 ``SSR_MAX_DRAFT_TOKENS``       ``ssr_max_draft_tokens``   cap on each draft answer's length
 ``SSR_PREFIX``                 ``ssr_prefix``             1/0: prefix verification
 ``SSR_SUFFIX``                 ``ssr_suffix``             1/0: suffix decoding
+``SSR_CONTEXT``                ``ssr_context``            1/0 (default 0): the prompt and the reasoning
+                                                          as lower-priority suffix sources, indexed a
+                                                          bounded chunk per step
 ``SSR_REASONING_FALLBACK``     (server only)              ``ngram`` or ``none``: proposals while reasoning
 ``SSR_MAX_KV_USAGE``           (server only)              skip new drafts above this KV-pool usage
 ``SSR_MAX_BATCH``              (server only)              skip new drafts when this many requests run
@@ -81,6 +84,7 @@ class RequestConfig:
     draft_max_tokens: int = 512
     use_prefix: bool = True
     use_suffix: bool = True
+    context: bool = False  # the prompt and the reasoning as reference sources (opt-in)
 
     def schedule(self) -> BudgetSchedule:
         return BudgetSchedule(
@@ -121,8 +125,9 @@ _REQUEST_KEYS = {
     "ssr_max_draft_tokens": ("draft_max_tokens", "SSR_MAX_DRAFT_TOKENS"),
     "ssr_prefix": ("use_prefix", "SSR_PREFIX"),
     "ssr_suffix": ("use_suffix", "SSR_SUFFIX"),
+    "ssr_context": ("context", "SSR_CONTEXT"),
 }
-_BOOL_FIELDS = {"enabled", "use_prefix", "use_suffix"}
+_BOOL_FIELDS = {"enabled", "use_prefix", "use_suffix", "context"}
 _INT_LIST_FIELDS = {"checkpoints"}
 _CHOICE_FIELDS = {"policy": ("auto", "fixed")}
 _SCHEDULE_KEYS = {"checkpoints", "every", "fractions", "thinking_budget"}

@@ -150,7 +150,7 @@ class DraftManager:
             cfg, drafts = RequestConfig(enabled=False), []
             self.disable(req.rid, refused)
         tail = req.origin_input_ids_unpadded[-PROMPT_TAIL:]
-        st = RequestSSR(req.rid, cfg, self.think, tail, self.num_nodes)
+        st = RequestSSR(req.rid, cfg, self.think, tail, self.num_nodes, prompt=req.origin_input_ids_unpadded)
         if drafts and cfg.enabled:
             for d in drafts:
                 st.add_client_draft(d)

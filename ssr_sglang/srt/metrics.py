@@ -30,6 +30,8 @@ class SSRCounters:
     accepted_suffix_live: int = 0  # in a draft still decoding
     accepted_suffix_done: int = 0  # in a draft that ended (finished, cancelled) or was supplied by the client
     accepted_suffix_answer: int = 0  # in the answer itself (an earlier part of it)
+    accepted_suffix_context: int = 0  # in the prompt or the reasoning (ssr_context)
+    context_tokens: int = 0  # prompt and reasoning tokens indexed as sources (ssr_context)
     # Server-side stage times (scheduler wall time, seconds). A step's time runs from the start of
     # the worker's forward (proposal building included) to the verified tokens being ready.
     reasoning_steps: int = 0

@@ -25,6 +25,12 @@ UNDECIDED, REASONING, ANSWER, PLAIN = "undecided", "reasoning", "answer", "plain
 # treated as non-reasoning (``PLAIN``: no drafts, output exactly as plain decoding).
 THINK_START_WINDOW = 4
 REPLAY_TOKENS = 128  # answer tokens a finished request replays per draft to rate it (drafting policy)
+# Context sources (``ssr_context``): the last CONTEXT_PROMPT_TOKENS prompt tokens, once the request has a
+# draft, and the last CONTEXT_REASONING_TOKENS reasoning tokens, once its answer starts, are indexed as
+# reference sources at most CONTEXT_CHUNK tokens per call (about 0.5 us a token: a bounded share of a step).
+CONTEXT_PROMPT_TOKENS = 4096
+CONTEXT_REASONING_TOKENS = 4096
+CONTEXT_CHUNK = 256
 
 
 @dataclasses.dataclass
@@ -55,7 +61,8 @@ class RequestSSR:
     """SSR bookkeeping of one client request (``is_draft=False``) or one hidden draft request."""
 
     def __init__(self, rid: str, cfg: RequestConfig, ids: ThinkIds, prompt_tail: Sequence[int],
-                 num_nodes: int, is_draft: bool = False, parent_rid: Optional[str] = None):
+                 num_nodes: int, is_draft: bool = False, parent_rid: Optional[str] = None,
+                 prompt: Sequence[int] = ()):
         self.rid = rid
         self.cfg = cfg
         self.is_draft = is_draft
@@ -75,6 +82,11 @@ class RequestSSR:
         self._ssr_step = False
         self._final: Optional[dict] = None
         self.decisions: List[dict] = []  # fork decisions of the drafting policy (see note_decision)
+        # Context sources (cfg.context): [source id, tokens, next index to feed, end index]; _prompt is None
+        # when there is nothing (more) to index
+        self._prompt = prompt if cfg.context and cfg.enabled and not is_draft else None
+        self._context: List[list] = []
+        self._context_ids: set = set()
         if is_draft:
             self.phase = ANSWER  # a draft starts right after its forced think end
             self.answer_start = 0
@@ -107,6 +119,45 @@ class RequestSSR:
                 self.counters.reasoning_tokens = end_index + 1
             else:
                 self.counters.reasoning_tokens = n
+        if self._prompt is not None and self.has_drafts:
+            self.feed_context(output_ids)
+
+    def feed_context(self, output_ids: Sequence[int], budget: Optional[int] = None) -> int:
+        """Index the next (at most ``budget``) tokens of the context sources: the prompt's last
+        ``CONTEXT_PROMPT_TOKENS`` tokens, then, once the answer has started, the reasoning's last
+        ``CONTEXT_REASONING_TOKENS`` (up to the think end); ``budget`` defaults to ``CONTEXT_CHUNK``.
+        Returns how many were indexed; once both are done, later calls return 0 at once."""
+        if self._prompt is None:
+            return 0
+        budget = CONTEXT_CHUNK if budget is None else budget
+        prop = self.proposer
+        if not self._context:
+            n = len(self._prompt)
+            self._add_context_source(self._prompt, max(0, n - CONTEXT_PROMPT_TOKENS), n)
+        if len(self._context) == 1 and self.phase == ANSWER:
+            end = self.answer_start
+            reasoning = list(output_ids[max(0, end - CONTEXT_REASONING_TOKENS):end])
+            self._add_context_source(reasoning, 0, len(reasoning))
+        fed = 0
+        for src in self._context:
+            sid, toks, at, end = src
+            if at >= end:
+                continue
+            hi = min(end, at + budget - fed)
+            prop.extend_draft(sid, toks[at:hi])
+            src[2] = hi
+            fed += hi - at
+            if fed >= budget:
+                break
+        self.counters.context_tokens += fed
+        if len(self._context) == 2 and all(src[2] >= src[3] for src in self._context):
+            self._prompt = None  # both indexed: nothing more to do
+        return fed
+
+    def _add_context_source(self, tokens: Sequence[int], start: int, end: int) -> None:
+        sid = self.proposer.add_reference(())
+        self._context.append([sid, tokens, start, end])
+        self._context_ids.add(sid)
 
     @property
     def reasoning_len(self) -> int:
@@ -255,6 +306,8 @@ class RequestSSR:
         if suffix:  # where the suffix tokens came from
             if source == ANSWER_ID:
                 c.accepted_suffix_answer += suffix
+            elif source in self._context_ids:
+                c.accepted_suffix_context += suffix
             elif any(b.draft_id == source and not b.finished for b in self.drafts):
                 c.accepted_suffix_live += suffix
             else:  # a draft that ended (finished or cancelled) or one the client supplied

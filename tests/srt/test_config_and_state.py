@@ -101,6 +101,43 @@ def test_answer_steps_are_attributed_to_prefix_and_suffix():
     assert m["accepted_prefix"] == 3 and m["answer_verify_steps"] == 1 and m["answer_tokens"] == 6
 
 
+def test_context_sources_are_indexed_in_bounded_chunks_and_counted(monkeypatch):
+    """ssr_context: the prompt (its last CONTEXT_PROMPT_TOKENS), then, once the answer starts, the
+    reasoning are reference sources, indexed at most CONTEXT_CHUNK tokens per step; tokens accepted from
+    them are counted in accepted_suffix_context. Off by default (nothing indexed)."""
+    from ssr_sglang.srt import request_state as rs
+
+    monkeypatch.setattr(rs, "CONTEXT_CHUNK", 4)
+    monkeypatch.setattr(rs, "CONTEXT_PROMPT_TOKENS", 6)
+    assert parse_request({"ssr_context": True}, RequestConfig()).context is True
+    assert server_config_from_env({"SSR_CONTEXT": "1"}).defaults.context is True
+    with pytest.raises(SSRConfigError, match="custom_params.ssr_context"):
+        parse_request({"ssr_context": "yes"}, RequestConfig())
+    prompt = [1, 2, 50, 51, 52, 53, 54, 55, 3]  # its last 6 tokens are a source; it opens the think block
+    off = RequestSSR("o", RequestConfig(), IDS, prompt_tail=prompt[-4:], num_nodes=4, prompt=prompt)
+    st = RequestSSR("r", RequestConfig(context=True), IDS, prompt_tail=prompt[-4:], num_nodes=4, prompt=prompt)
+    for s in (off, st):
+        s.add_client_draft([9, 9, 70, 71, 72])  # a draft that shares nothing with the context
+    out = [60, 61, 62, 63, 64]
+    off.advance(out)
+    st.advance(out)  # reasoning: the prompt's first chunk only
+    assert off.counters.context_tokens == 0 and st.counters.context_tokens == 4
+    st.advance(out)
+    assert st.counters.context_tokens == 6  # the prompt's last 6 tokens: done
+    out += [4]  # think end: the answer starts; the reasoning (60..64 and the end marker) is the next source
+    st.advance(out)
+    st.advance(out)
+    assert st.phase == ANSWER and st.counters.context_tokens == 6 + 6
+    out += [61, 62]  # the answer restates the reasoning: the context proposes 63 64 (the draft nothing)
+    st.advance(out)
+    branches = st.propose(out)
+    assert branches and branches[0].tokens[:2] == [63, 64]
+    out += [63, 64, 99]  # two accepted, then the bonus token
+    st.settle(out)
+    m = st.finish(out)
+    assert m["accepted_suffix_context"] == 2 and m["accepted_suffix"] == 2 and m["context_tokens"] == 12
+
+
 def test_stage_times_and_draft_overhead():
     st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=4)
     assert st.metrics()["draft_overhead_s"] == 0.0  # no draft: nothing to charge
