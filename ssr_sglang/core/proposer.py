@@ -454,6 +454,8 @@ class DraftProposer:
                 stop = min(d.taken, expect + cfg.window + 1, size - 1)  # a continuation must follow
                 p = home - cfg.back - 1 if home > cfg.back else -1
                 w = d.weight * lw
+                scale = cfg.distance_scale
+                lim_an = cap if cap < n else n
                 for _ in range(cfg.local_candidates):
                     try:
                         p = toks.index(last, p + 1, stop)
@@ -462,12 +464,13 @@ class DraftProposer:
                     if p + 1 == at:
                         continue
                     e = 1
-                    while e < cap and e < n and p >= e and toks[p - e] == ans[n - 1 - e]:
+                    lim = lim_an if lim_an <= p else p + 1  # e < cap, e < n, e <= p
+                    while e < lim and toks[p - e] == ans[n - 1 - e]:
                         e += 1
                     seen.append(p + 1)
                     dist = p - expect if p > expect else (home - p if p < home else 0)
-                    c = [w * _W[e] / (1.0 + dist / cfg.distance_scale), _q(e), toks[p + 1:p + 1 + k], SUFFIX,
-                         d.sid, e]
+                    c = [w * _W[e] / (1.0 + dist / scale), _Q[e] if e < 256 else _Q[256], toks[p + 1:p + 1 + k],
+                         SUFFIX, d.sid, e]
                     out.append(c)
                     if best is None or c[0] > best[0]:
                         best = c
@@ -508,10 +511,11 @@ class DraftProposer:
             if two and (p < 1 or ans[p - 1] != prev):
                 continue  # evidence 1 < min_match: not a candidate
             e = 1
-            while e < cap and p >= e and ans[p - e] == ans[n - 1 - e]:
+            lim = cap if cap <= p else p + 1  # e < cap, e <= p
+            while e < lim and ans[p - e] == ans[n - 1 - e]:
                 e += 1
             if e >= cfg.min_match:
-                out.append([w * _W[e], _q(e), ans[p + 1:p + 1 + k], SUFFIX, ANSWER_ID, e])
+                out.append([w * _W[e], _Q[e] if e < 256 else _Q[256], ans[p + 1:p + 1 + k], SUFFIX, ANSWER_ID, e])
 
     # -- proposals -----------------------------------------------------
     def propose(self, answer: Sequence[int], max_tokens: Optional[int] = None) -> Proposal:
