@@ -10,8 +10,12 @@ where the server's computation is batch-invariant (``SSR_CPU_EXACT_VERIFY=1``, s
 
 from __future__ import annotations
 
+import builtins
 import concurrent.futures as cf
-from typing import List, Optional, Sequence
+import keyword
+import re
+from collections import Counter
+from typing import List, Optional, Sequence, Tuple
 
 import requests
 
@@ -35,14 +39,19 @@ def chat_prompts(tokenizer, n: int = len(QUESTIONS)) -> List[List[int]]:
 
 
 def run(url: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, concurrency: int = 1,
-        top2: bool = False, drafts: Optional[Sequence[Sequence[int]]] = None) -> List[dict]:
+        top2: bool = False, drafts: Optional[Sequence[Optional[Sequence[int]]]] = None,
+        custom: Optional[dict] = None) -> List[dict]:
     """Greedy outputs of ``prompts`` on the server at ``url``: per prompt ``output_ids``, ``meta_info``
     and, with ``top2``, ``top2`` (per output token, plain's two best ``(logprob, token)``);
-    ``drafts``: a client draft per prompt (``ssr_draft``, SSR servers)."""
+    ``drafts``: a client draft per prompt (``ssr_draft``, SSR servers; None: none for that prompt);
+    ``custom``: further ``custom_params`` for every request (``{"ssr_context": True}``)."""
     def one(i: int) -> dict:
         sp = {"max_new_tokens": max_new_tokens, "temperature": 0}
-        if drafts is not None:
-            sp["custom_params"] = {"ssr_draft": list(drafts[i])}
+        params = dict(custom or {})
+        if drafts is not None and drafts[i]:
+            params["ssr_draft"] = list(drafts[i])
+        if params:
+            sp["custom_params"] = params
         body = {"input_ids": list(prompts[i]), "sampling_params": sp}
         if top2:
             body.update(return_logprob=True, top_logprobs_num=2)
@@ -96,3 +105,31 @@ def edited(tokens: Sequence[int], every: int = 40, vocab: int = 49152) -> List[i
     [5, 7, 7, 9, 9]
     """
     return [(t + 1) % vocab if i % every == every - 1 else t for i, t in enumerate(tokens)]
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NOT_RENAMED = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls", "python"}
+
+
+def renamed(tokens: Sequence[int], tokenizer, lo: int = 3, hi: int = 18) -> Tuple[Optional[List[int]], Optional[str]]:
+    """``tokens`` (an answer) with one identifier renamed everywhere it occurs, as a draft that named
+    one thing differently: the first identifier (in order of appearance; no keyword, builtin or
+    ``self``) that occurs ``lo`` to ``hi`` times as a whole word gets the prefix ``my_``. The text is
+    decoded, edited and encoded again. Returns ``(draft tokens, identifier)``, ``(None, None)`` when
+    no identifier qualifies.
+
+    >>> class Tok:  # characters as tokens
+    ...     def decode(self, t, **k): return "".join(map(chr, t))
+    ...     def encode(self, s, **k): return [ord(c) for c in s]
+    >>> d, name = renamed([ord(c) for c in "x = f(x) + g(x)"], Tok(), lo=3)
+    >>> name, "".join(map(chr, d))
+    ('x', 'my_x = f(my_x) + g(my_x)')
+    """
+    text = tokenizer.decode(list(tokens), skip_special_tokens=False)
+    counts = Counter(_IDENT.findall(text))
+    for m in _IDENT.finditer(text):
+        name = m.group(0)
+        if name not in _NOT_RENAMED and lo <= counts[name] <= hi:
+            new = re.sub(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", "my_" + name, text)
+            return list(tokenizer.encode(new, add_special_tokens=False)), name
+    return None, None
