@@ -6,7 +6,8 @@ for in the plain run) are reported.
 
     python benchmarks/exactness.py --model-path .cache/models/smollm2-135m-instruct --n 16 \
         --max-new-tokens 256 [--exact] [--concurrency 8] [--fp32-lm-head] [--method NGRAM|SSR]
-        [--client-drafts] [--out DIR]
+        [--client-drafts [--draft-edit rename]] [--dataset classeval] [--context]
+        [--num-draft-tokens 8] [--out DIR]
 
 ``--exact`` starts both servers with ``SSR_CPU_EXACT_VERIFY=1`` (see README, Guarantees); only then
 are concurrent prompts expected to match too. ``--client-drafts`` (SSR) gives each prompt plain's
@@ -58,6 +59,7 @@ def main() -> None:
     ap.add_argument("--dataset", default="questions", choices=["questions", "classeval"])
     ap.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--context", action="store_true", help="ssr_context on every SSR request")
+    ap.add_argument("--num-draft-tokens", type=int, default=8, help="--speculative-num-draft-tokens")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -66,7 +68,7 @@ def main() -> None:
                else chat_prompts(tok, args.n))
     env = {"OMP_NUM_THREADS": "1", **({"SSR_CPU_EXACT_VERIFY": "1"} if args.exact else {})}
     common = ["--enable-fp32-lm-head"] if args.fp32_lm_head else []
-    spec = ["--speculative-algorithm", args.method, "--speculative-num-draft-tokens", "8"]
+    spec = ["--speculative-algorithm", args.method, "--speculative-num-draft-tokens", str(args.num_draft_tokens)]
     name = args.method.lower()
     outs, walls = {}, {}
     renames = None
