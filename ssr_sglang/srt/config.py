@@ -246,6 +246,8 @@ def client_drafts(custom_params: Optional[Mapping[str, Any]], vocab_size: Option
         toks = custom_params[k]
         if not isinstance(toks, (list, tuple)):
             raise SSRConfigError(f"custom_params.{k} must be a list of token ids, got {type(toks).__name__}")
+        if not toks:
+            raise SSRConfigError(f"custom_params.{k} must not be empty (leave the key out for no draft)")
         if len(toks) > MAX_DRAFT_TOKENS:
             raise SSRConfigError(f"custom_params.{k} has {len(toks)} tokens, more than {MAX_DRAFT_TOKENS}")
         for i, t in enumerate(toks):

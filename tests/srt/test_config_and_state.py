@@ -62,6 +62,8 @@ def test_client_drafts_in_key_order():
     assert client_drafts({"ssr_draft_2": [5], "ssr_draft": [1], "ssr_draft_0": [3]}) == [[1], [3], [5]]
     with pytest.raises(SSRConfigError, match=r"ssr_draft\[1\]"):
         client_drafts({"ssr_draft": [1, 600]}, vocab_size=512)
+    with pytest.raises(SSRConfigError, match=r"custom_params.ssr_draft_3 must not be empty"):
+        client_drafts({"ssr_draft_3": []})
 
 
 def test_phase_tracking_from_prompt_and_output():
@@ -136,6 +138,30 @@ def test_context_sources_are_indexed_in_bounded_chunks_and_counted(monkeypatch):
     st.settle(out)
     m = st.finish(out)
     assert m["accepted_suffix_context"] == 2 and m["accepted_suffix"] == 2 and m["context_tokens"] == 12
+
+
+def test_long_client_draft_is_indexed_a_chunk_per_step(monkeypatch):
+    """A client draft longer than CLIENT_DRAFT_CHUNK is indexed a chunk at a time (bounded work per step);
+    proposals follow it all the same."""
+    from ssr_sglang.srt import request_state as rs
+
+    monkeypatch.setattr(rs, "CLIENT_DRAFT_CHUNK", 8)
+    draft = list(range(100, 130))
+    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[1, 2], num_nodes=4)
+    st.add_client_draft(draft)
+    st.phase, st.answer_start = ANSWER, 0
+    assert st.proposer.draft_tokens(0) == draft[:8]
+    out = []
+    for step in range(1, 4):
+        st.advance(out)
+        assert st.proposer.draft_tokens(0) == draft[:min(30, 8 + 8 * step)]
+    while len(out) < 30:
+        st.advance(out)
+        b = st.propose(out)
+        assert b and b[0].tokens == draft[len(out):len(out) + 3]
+        out = draft[:len(out) + 4]
+        st.settle(out)
+    assert st.proposer.draft_tokens(0) == draft
 
 
 def test_stage_times_and_draft_overhead():

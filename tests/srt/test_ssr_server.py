@@ -98,6 +98,28 @@ def test_suffix_decoding_recovers_after_mismatch(ssr_server, chat_prompts, plain
     assert ssr["answer_accept_length"] > 2, ssr
 
 
+def test_context_sources_keep_outputs_and_are_counted(ssr_server, chat_prompts, plain_outputs, tokenizer):
+    """ssr_context: the prompt (and, once the answer starts, the reasoning) become sources, indexed a
+    bounded chunk per step (context_tokens); outputs stay plain's; tokens accepted from them are a part of
+    accepted_suffix (accepted_suffix_context)."""
+    for i in range(4):
+        out = ssr_server.generate(input_ids=chat_prompts[i], max_new_tokens=128, custom_params={"ssr_context": True})
+        assert out["output_ids"] == plain_outputs[i]
+        ssr = out["meta_info"]["ssr"]
+        assert 0 <= ssr["accepted_suffix_context"] <= ssr["accepted_suffix"], ssr
+        if ssr["drafts_started"]:
+            assert ssr["context_tokens"] > 0, ssr
+    closed = chat_prompts[1] + tokenizer("\n</think>\n\n", add_special_tokens=False).input_ids
+    ref = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True})
+    wrong = [(t + 1) % 500 for t in ref["output_ids"]]
+    out = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True},
+                              custom_params={"ssr_draft": wrong, "ssr_context": True})
+    assert out["output_ids"] == ref["output_ids"]
+    ssr = out["meta_info"]["ssr"]
+    assert ssr["context_tokens"] == min(len(closed), 4096), ssr  # the whole prompt; no reasoning here
+    assert "context_tokens" in ref["meta_info"]["ssr"] and ref["meta_info"]["ssr"]["context_tokens"] == 0
+
+
 def test_every_verified_tree_has_distinct_siblings(ssr_server, chat_prompts, tokenizer):
     """Reasoning with drafts, n-gram rows, padding-only rows and branching suffix proposals, four at a
     time: no tree handed to the verifier has two siblings with the same token. SGLang's n-gram corpus
@@ -173,6 +195,7 @@ def test_non_reasoning_prompt_is_plain(ssr_server, plain_server):
     ({"ssr_draft": [1, -2]}, "ssr_draft"),
     ({"ssr_draft": [10**7]}, "ssr_draft"),
     ({"ssr_draft_x": [1]}, "ssr_draft_x"),
+    ({"ssr_draft": []}, "ssr_draft"),
 ])
 def test_bad_per_request_values_give_400(ssr_server, params, field):
     r = requests.post(ssr_server.url + "/generate", timeout=30,
