@@ -98,13 +98,14 @@ def test_suffix_decoding_recovers_after_mismatch(ssr_server, chat_prompts, plain
     assert ssr["answer_accept_length"] > 2, ssr
 
 
-def test_context_sources_keep_outputs_and_are_counted(ssr_server, chat_prompts, plain_outputs, tokenizer):
+def test_context_sources_keep_outputs_and_are_counted(ssr_server, chat_prompts, tokenizer):
     """ssr_context: the prompt (and, once the answer starts, the reasoning) become sources, indexed a
-    bounded chunk per step (context_tokens); outputs stay plain's; tokens accepted from them are a part of
-    accepted_suffix (accepted_suffix_context)."""
+    bounded chunk per step (context_tokens); outputs stay those without drafts (``ssr: false``, itself
+    plain's: see above); tokens accepted from them are a part of accepted_suffix (accepted_suffix_context)."""
     for i in range(4):
+        ref = ssr_server.generate(input_ids=chat_prompts[i], max_new_tokens=128, custom_params={"ssr": False})
         out = ssr_server.generate(input_ids=chat_prompts[i], max_new_tokens=128, custom_params={"ssr_context": True})
-        assert out["output_ids"] == plain_outputs[i]
+        assert out["output_ids"] == ref["output_ids"]
         ssr = out["meta_info"]["ssr"]
         assert 0 <= ssr["accepted_suffix_context"] <= ssr["accepted_suffix"], ssr
         if ssr["drafts_started"]:
