@@ -12,6 +12,11 @@ continue with the forced think end ``\\n</think>\\n\\n`` and the full answer, so
 answers right away when SSR forces the end of thinking in a draft.  Segments (prompt, reasoning,
 think end, answer) are tokenized separately, exactly as a draft is built from generated tokens plus
 the separately encoded think-end text.  ``--init DIR`` continues from a saved folder (same tokenizer).
+
+``--arch qwen3_5`` trains a Qwen3.5 text hybrid instead (Gated DeltaNet layers, every
+``--full-attention-interval``-th layer full attention), and ``--init-from-dense DIR`` starts it from a dense
+folder's tokenizer and weights where they fit; the bundled ``tiny-hybrid-reasoner`` was made so (its
+MODEL_CARD.md has the commands).
 """
 
 from __future__ import annotations
@@ -89,10 +94,11 @@ class _Batches(torch.utils.data.IterableDataset):
             yield enc.batch([make_example(rng) for _ in range(self.batch)], rng, self.cut_frac)
 
 
-def build_model(tokenizer, args):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+QWEN3_5_FULL_ATTENTION_INTERVAL = 4  # Qwen3.5's default (and ssr_sglang.testing.tiny_models'): each fourth layer
 
-    config = Qwen3Config(
+
+def build_model(tokenizer, args):
+    common = dict(
         vocab_size=len(tokenizer),
         hidden_size=args.hidden,
         intermediate_size=args.intermediate,
@@ -106,9 +112,82 @@ def build_model(tokenizer, args):
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     )
+    if args.arch == "qwen3_5":
+        # Qwen3.5 text hybrid: Gated DeltaNet (linear attention) layers, each fourth layer full attention
+        # (gated output, partial RoPE 0.25 as Qwen3.5), the config ssr_sglang.testing.tiny_models builds.
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+        n, every = args.layers, args.full_attention_interval
+        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
+        if "full_attention" not in types or "linear_attention" not in types:
+            raise SystemExit(f"--arch qwen3_5: {n} layers with a full-attention layer every {every} is not a hybrid")
+        config = Qwen3_5TextConfig(
+            layer_types=types, linear_conv_kernel_dim=4, linear_key_head_dim=args.head_dim,
+            linear_value_head_dim=args.head_dim, linear_num_key_heads=args.kv_heads,
+            linear_num_value_heads=args.heads,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                             "partial_rotary_factor": args.partial_rotary_factor},
+            partial_rotary_factor=args.partial_rotary_factor,  # else the top-level key says 0.25 (SGLang reads it)
+            **common,
+        )
+        return Qwen3_5ForCausalLM(config)
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
     return Qwen3ForCausalLM(config)
+
+
+def init_from_dense(model, dense_dir: str) -> list:
+    """Copy a dense Qwen3 model's weights into a Qwen3.5 hybrid where they fit; returns the names copied.
+
+    Embeddings, every layer's MLP and norms, and each full-attention layer's k/v/o projections, q/k norms and
+    the query half of its q projection (the other half, the output gate, is zero: sigmoid 0.5, so o_proj is
+    copied times two). Qwen3.5's RMSNorms scale by ``1 + weight`` (Qwen3's by ``weight``), so norm weights are
+    copied minus one. The Gated DeltaNet layers stay as initialised but for a zero output projection, so that
+    the model starts as the dense one with those layers' attention removed (with ``--partial-rotary-factor 1``,
+    exactly).
+    """
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    dense = Qwen3ForCausalLM.from_pretrained(dense_dir, dtype=torch.float32).state_dict()
+    own = model.state_dict()
+    copied = []
+
+    def put(name, value):
+        if name not in own or own[name].shape != value.shape:
+            raise SystemExit(f"--init-from-dense: {name} does not fit ({tuple(value.shape)})")
+        with torch.no_grad():
+            own[name].copy_(value)
+        copied.append(name)
+
+    if dense["model.embed_tokens.weight"].shape != own["model.embed_tokens.weight"].shape:
+        raise SystemExit("--init-from-dense: vocabulary or hidden size differs (use the dense model's tokenizer)")
+    put("model.embed_tokens.weight", dense["model.embed_tokens.weight"])
+    put("model.norm.weight", dense["model.norm.weight"] - 1)
+    cfg = model.config
+    for i, kind in enumerate(cfg.layer_types):
+        src, dst = f"model.layers.{i}.", f"model.layers.{i}."
+        if src + "mlp.gate_proj.weight" not in dense:
+            continue
+        for w in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+            put(dst + w + ".weight", dense[src + w + ".weight"])
+        for w in ("input_layernorm", "post_attention_layernorm"):
+            put(dst + w + ".weight", dense[src + w + ".weight"] - 1)
+        if kind == "full_attention":
+            hd, nh = cfg.head_dim, cfg.num_attention_heads
+            q = dense[src + "self_attn.q_proj.weight"].view(nh, hd, -1)
+            put(dst + "self_attn.q_proj.weight", torch.cat([q, torch.zeros_like(q)], 1).reshape(2 * nh * hd, -1))
+            for w in ("k_proj", "v_proj"):
+                put(dst + f"self_attn.{w}.weight", dense[src + f"self_attn.{w}.weight"])
+            put(dst + "self_attn.o_proj.weight", 2 * dense[src + "self_attn.o_proj.weight"])
+            for w in ("q_norm", "k_norm"):
+                put(dst + f"self_attn.{w}.weight", dense[src + f"self_attn.{w}.weight"] - 1)
+        else:
+            with torch.no_grad():
+                own[dst + "linear_attn.out_proj.weight"].zero_()
+    return copied
 
 
 def save(model, tokenizer, out: Path) -> None:
@@ -125,6 +204,11 @@ def save(model, tokenizer, out: Path) -> None:
     cfg = json.loads(cfg_path.read_text())
     rope = cfg.get("rope_parameters") or {}
     cfg.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
+    if cfg.get("model_type") == "qwen3_5_text":  # SGLang's Qwen3.5 config reads the interval, not layer_types
+        cfg["full_attention_interval"] = cfg["layer_types"].index("full_attention") + 1
+        # transformers' rotary reads rope_parameters, SGLang's the top-level key: the same value in both
+        if "partial_rotary_factor" in rope:
+            cfg["partial_rotary_factor"] = rope["partial_rotary_factor"]
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     # transformers writes eos/pad/bos ids there; greedy decoding needs nothing from it.
     (out / "generation_config.json").unlink(missing_ok=True)
@@ -154,12 +238,23 @@ def main(argv=None) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--workers", type=int, default=0, help="DataLoader processes making batches (0: in-process)")
     p.add_argument("--init", default=None, help="continue from this saved folder (model + tokenizer)")
+    p.add_argument("--arch", choices=("qwen3", "qwen3_5"), default="qwen3",
+                   help="qwen3: dense (the bundled tiny-reasoner); qwen3_5: Qwen3.5 text hybrid, Gated DeltaNet "
+                        "layers with each fourth layer full attention")
+    p.add_argument("--full-attention-interval", type=int, default=QWEN3_5_FULL_ATTENTION_INTERVAL,
+                   help="with --arch qwen3_5: every N-th layer is full attention, the others Gated DeltaNet")
+    p.add_argument("--partial-rotary-factor", type=float, default=0.25,
+                   help="with --arch qwen3_5: share of each head's dims RoPE rotates (Qwen3.5: 0.25; the dense "
+                        "model: 1, so its attention copies over exactly)")
+    p.add_argument("--init-from-dense", default=None, metavar="DIR",
+                   help="with --arch qwen3_5: take the tokenizer from this dense Qwen3 folder and copy its weights "
+                        "where shapes match (embeddings, MLPs, norms, the full-attention layers' attention)")
     p.add_argument("--save-every", type=int, default=200)
     p.add_argument("--log-every", type=int, default=20)
     args = p.parse_args(argv)
 
     import torch
-    from transformers import AutoTokenizer, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -168,7 +263,14 @@ def main(argv=None) -> None:
 
     if args.init:
         tokenizer = AutoTokenizer.from_pretrained(args.init)
-        model = Qwen3ForCausalLM.from_pretrained(args.init, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
+    elif args.init_from_dense:
+        if args.arch != "qwen3_5":
+            raise SystemExit("--init-from-dense is for --arch qwen3_5")
+        tokenizer = AutoTokenizer.from_pretrained(args.init_from_dense)
+        model = build_model(tokenizer, args)
+        print(f"copied {len(init_from_dense(model, args.init_from_dense))} tensors from {args.init_from_dense}",
+              flush=True)
     else:
         tokenizer = train_tokenizer(out, vocab_size=args.vocab, seed=args.seed)
         model = build_model(tokenizer, args)
@@ -234,7 +336,8 @@ def main(argv=None) -> None:
     model.eval()
     save(model.cpu(), tokenizer, out)
     info = {"steps": args.steps, "seed": args.seed, "params": n_params, "train_seconds": round(time.time() - t0, 1),
-            "threads": args.threads, "device": args.device, "init": args.init}
+            "threads": args.threads, "device": args.device, "init": args.init, "arch": args.arch,
+            "init_from_dense": args.init_from_dense}
     print(json.dumps(info), flush=True)
 
 
