@@ -9,6 +9,8 @@ the answer phase (after ``</think>``) is timed on its own. It ends with a table:
 way, the per-task speedups' spread and a bootstrap confidence interval of the latency ratio,
 answer-phase speedup, acceptance length, and whether every output was identical.
 
+The bundled hybrid reasoner works the same way (the same task family; on CPU the main job adds the flags SGLang
+needs for hybrid Gated DeltaNet models): ``--model-path ssr_sglang/models/tiny-hybrid-reasoner``.
 Any other model works too: ``--model-path /models/Qwen3-8B --device cuda --prompts prompts.jsonl``
 (one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line).
 """
@@ -34,7 +36,9 @@ METHODS = ("plain", "ngram", "ssr")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model-path", default=None, help="default: the bundled tiny reasoning model")
+    p.add_argument("--model-path", default=None,
+                   help="default: the bundled tiny reasoning model (ssr_sglang/models/tiny-reasoner; the bundled "
+                        "hybrid one, ssr_sglang/models/tiny-hybrid-reasoner, takes the same tasks)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
     p.add_argument("--n", type=int, default=24, help="number of timed tasks")
     p.add_argument("--warmup", type=int, default=8, help="tasks of another seed each server serves first (not timed)")
@@ -73,12 +77,25 @@ def load_tasks(args, tokenizer, n: int, seed: int, skip: int = 0) -> list:
     return out
 
 
+def is_hybrid(model: str) -> bool:
+    """Whether ``model`` (a local folder) has linear-attention (Gated DeltaNet) layers, as Qwen3.5 does."""
+    cfg = Path(model) / "config.json"
+    if not cfg.exists():
+        return False
+    c = json.loads(cfg.read_text())
+    c = c.get("text_config", c)
+    return "linear_attention" in (c.get("layer_types") or [])
+
+
 def server_args(args, model: str, method: str) -> list:
     a = ["--model-path", model, "--device", args.device, "--max-running-requests", "16"]
     if args.device == "cpu":
         # --sleep-on-idle: an idle SGLang scheduler otherwise busy-polls a whole core, which on a small CPU
         # machine slows every other server and the client
         a += ["--dtype", "bfloat16", "--max-total-tokens", "32768", "--mem-fraction-static", "0.3", "--sleep-on-idle"]
+        if is_hybrid(model) and "--mamba-radix-cache-strategy" not in args.server_args:
+            # SGLang's CPU engine serves hybrid models only with these (plain serving too; README, Guarantees)
+            a += ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
     a += ["--skip-server-warmup", "--log-level", "warning", "--random-seed", "0"]
     if method == "ngram":
         a += ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(args.num_draft_tokens)]
@@ -227,11 +244,11 @@ def main(argv=None) -> int:
         os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     from transformers import AutoTokenizer
 
-    from ssr_sglang.models import bundled_model_path
+    from ssr_sglang.models import BUNDLED_MODELS_ROOT, bundled_model_path
 
     model = args.model_path or bundled_model_path()
-    if args.model_path and not args.prompts:
-        sys.exit("--model-path other than the bundled model needs --prompts (a JSONL file of prompts)")
+    if Path(model).resolve().parent != BUNDLED_MODELS_ROOT and not args.prompts:
+        sys.exit("--model-path other than the bundled models needs --prompts (a JSONL file of prompts)")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(model)
