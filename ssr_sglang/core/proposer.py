@@ -31,8 +31,9 @@ next step simply continues there (a *suffix* proposal with growing evidence).
 continues correctly at each next token with an assumed probability ``q(e) =
 1 - 1 / (e + 2)``; candidates near ``home`` (and cursor continuations) weigh
 ``local_weight`` times a far match; references (prompt, reasoning) weigh
-``reference_weight`` and are searched only in steps where no source proposes
-with a strong cursor, so they cost nothing while a draft is being followed.  Every candidate's
+``reference_weight`` and are consulted (their cursors' continuations and
+searches) only in steps where no draft proposes with a strong cursor, so they
+neither cost time nor take tree nodes while a draft is being followed.  Every candidate's
 continuation is inserted into one trie, a node scoring the summed weight x
 ``q^depth`` of the candidates through it, so a continuation that several
 occurrences or drafts share scores higher.  :meth:`~DraftProposer.propose_tree`
@@ -384,10 +385,16 @@ class DraftProposer:
         n = len(self._answer)
         out = []
         searching = None
-        deferred = None  # references without a cursor: searched only when no source proposes confidently
+        refs = None  # references: consulted only when no draft proposes with a strong cursor
         confident = False
         strong = cfg.strong_run
         for d in self._newest_first:
+            if d.is_reference:
+                if refs is None:
+                    refs = [d]
+                else:
+                    refs.append(d)
+                continue
             off = d.off
             if off is not None:
                 start = n + off
@@ -409,20 +416,29 @@ class DraftProposer:
                         continue
                 elif d.aligned or d.run >= strong:
                     continue  # waiting for the draft to write what comes next
-            elif d.is_reference:
-                if n and cfg.use_suffix:
-                    if deferred is None:
-                        deferred = [d]
-                    else:
-                        deferred.append(d)
-                continue
             if n and cfg.use_suffix:
                 if searching is None:
                     searching = [d]
                 else:
                     searching.append(d)
-        if deferred and not confident:
-            searching = deferred if searching is None else searching + deferred
+        if refs and not confident and n and cfg.use_suffix:
+            for d in refs:
+                off = d.off
+                if off is not None:
+                    start = n + off
+                    toks = d.tokens
+                    if start < len(toks):
+                        run = d.run
+                        out.append([d.weight * cfg.local_weight * _W[run if run < 64 else 64],
+                                    _Q[run] if run < 256 else _Q[256], toks[start:start + k], SUFFIX, d.sid, run])
+                        if run >= strong:
+                            continue
+                    elif d.run >= strong:
+                        continue
+                if searching is None:
+                    searching = [d]
+                else:
+                    searching.append(d)
         if searching:
             self._search(searching, k, out)
         if n > 1 and cfg.answer_source and cfg.use_suffix and (searching or not out):
