@@ -186,7 +186,33 @@ def summarize(results: dict, tasks_) -> dict:
             s["answers_correct"] = sum(parse_answer(r["text"].split("</think>")[-1]) == t["expected"]
                                        for r, t in zip(rows, tasks_))
         summary[method] = s
+    if "ssr" in results and "ngram" in results:
+        summary["ssr"]["vs_ngram"] = versus(results["ngram"], results["ssr"])
     return summary
+
+
+def versus(base: list, other: list) -> dict:
+    """``other`` against ``base``, task by task in the same run: latency ratio with its bootstrap
+    interval, the per-task spread, and the reasoning-phase ratio (how much longer ``other`` reasons)."""
+    lat_b, lat_o = [r["latency"] for r in base], [r["latency"] for r in other]
+    per_task = sorted(b / o for b, o in zip(lat_b, lat_o))
+    reas = [(b["reasoning_time"], o["reasoning_time"]) for b, o in zip(base, other)
+            if b["reasoning_time"] and o["reasoning_time"]]
+    return {"speedup": sum(lat_b) / sum(lat_o), "ci95": ratio_interval(lat_b, lat_o),
+            "per_task": {"min": per_task[0], "median": statistics.median(per_task), "max": per_task[-1],
+                         "slower": sum(x < 1 for x in per_task)},
+            "reasoning_ratio": sum(o for _, o in reas) / sum(b for b, _ in reas) if reas else None}
+
+
+def versus_line(summary: dict) -> str:
+    v = summary.get("ssr", {}).get("vs_ngram")
+    if not v:
+        return ""
+    pt, r = v["per_task"], v["reasoning_ratio"]
+    reasoning = f"; SSR's reasoning phase {100 * (r - 1):+.1f}% against NGRAM's" if r else ""
+    return (f"SSR against NGRAM, task by task: {v['speedup']:.2f}x (95% CI {v['ci95'][0]:.2f}-{v['ci95'][1]:.2f}), "
+            f"per task min / median / max {pt['min']:.2f} / {pt['median']:.2f} / {pt['max']:.2f}, "
+            f"{pt['slower']} tasks slower{reasoning}")
 
 
 def markdown(summary: dict, n: int) -> str:
@@ -263,9 +289,10 @@ def main(argv=None) -> int:
     cmd = "python -m ssr_sglang.main_job " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     (out_dir / "results.json").write_text(json.dumps({"date": stamp, "command": cmd, "model": model,
                                                       "summary": summary, "results": results}, indent=1))
-    (out_dir / "results.md").write_text(f"{stamp}, `{cmd}`\n\n{table}\n\n{spread_markdown(summary)}\n")
+    vs = versus_line(summary)
+    (out_dir / "results.md").write_text(f"{stamp}, `{cmd}`\n\n{table}\n\n{spread_markdown(summary)}\n\n{vs}\n")
     plot(results, out_dir / "latency.png")
-    print("\n" + table + "\n\n" + spread_markdown(summary))
+    print("\n" + table + "\n\n" + spread_markdown(summary) + "\n\n" + vs)
     ssr = summary.get("ssr", {})
     if "ssr" in summary and "plain" in summary:
         print(f"\nSSR: {ssr.get('drafts_started')} drafts, answer-phase tokens accepted via prefix "

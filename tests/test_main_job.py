@@ -22,3 +22,16 @@ def test_main_job_on_bundled_model(tmp_path):
         assert decisions and not any(d["reason"].startswith("learning") for d in decisions), decisions
     md = (tmp_path / "results.md").read_text()
     assert "95% CI" in md and md.count("|") > 20
+
+
+def test_ssr_against_ngram_task_by_task():
+    from ssr_sglang.main_job import versus
+
+    ngram = [{"latency": x, "reasoning_time": x / 2} for x in (1.0, 1.2, 0.9, 1.1)]
+    ssr = [{"latency": x, "reasoning_time": x * 0.6} for x in (0.8, 1.0, 1.0, 0.8)]
+    v = versus(ngram, ssr)
+    assert abs(v["speedup"] - 4.2 / 3.6) < 1e-9
+    lo, hi = v["ci95"]
+    assert lo <= v["speedup"] <= hi
+    assert v["per_task"]["slower"] == 1 and v["per_task"]["min"] == 0.9
+    assert abs(v["reasoning_ratio"] - (3.6 * 0.6) / 2.1) < 1e-9
