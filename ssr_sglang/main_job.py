@@ -157,9 +157,7 @@ def summarize(results: dict, tasks_) -> dict:
         if base is not None:
             s["identical_to_plain"] = sum(r["output_ids"] == b["output_ids"] for r, b in zip(rows, base))
             s["e2e_speedup"] = statistics.mean(b["latency"] for b in base) / s["mean_latency_s"]
-            per_task = sorted(b["latency"] / r["latency"] for r, b in zip(rows, base))
-            s["per_task_speedup"] = {"min": per_task[0], "median": statistics.median(per_task),
-                                     "max": per_task[-1], "slower_than_plain": sum(x < 1 for x in per_task)}
+            s["per_task_speedup"] = per_task_spread(base, rows, "slower_than_plain")
             if method != "plain":
                 s["e2e_speedup_ci95"] = ratio_interval([b["latency"] for b in base], lat)
             s["per_sample_improvement_pct"] = 100 * (1 - 1 / statistics.mean(
@@ -191,16 +189,22 @@ def summarize(results: dict, tasks_) -> dict:
     return summary
 
 
+def per_task_spread(base: list, other: list, slower_key: str) -> dict:
+    """Min / median / max of the per-task speedups ``base`` latency / ``other`` latency, and how many
+    are below 1 (under ``slower_key``)."""
+    ratios = sorted(b["latency"] / o["latency"] for b, o in zip(base, other))
+    return {"min": ratios[0], "median": statistics.median(ratios), "max": ratios[-1],
+            slower_key: sum(x < 1 for x in ratios)}
+
+
 def versus(base: list, other: list) -> dict:
     """``other`` against ``base``, task by task in the same run: latency ratio with its bootstrap
     interval, the per-task spread, and the reasoning-phase ratio (how much longer ``other`` reasons)."""
     lat_b, lat_o = [r["latency"] for r in base], [r["latency"] for r in other]
-    per_task = sorted(b / o for b, o in zip(lat_b, lat_o))
     reas = [(b["reasoning_time"], o["reasoning_time"]) for b, o in zip(base, other)
             if b["reasoning_time"] and o["reasoning_time"]]
     return {"speedup": sum(lat_b) / sum(lat_o), "ci95": ratio_interval(lat_b, lat_o),
-            "per_task": {"min": per_task[0], "median": statistics.median(per_task), "max": per_task[-1],
-                         "slower": sum(x < 1 for x in per_task)},
+            "per_task": per_task_spread(base, other, "slower"),
             "reasoning_ratio": sum(o for _, o in reas) / sum(b for b, _ in reas) if reas else None}
 
 

@@ -367,7 +367,7 @@ class DraftPolicy:
             j = int(np.searchsorted(self._sorted_len, r1, side="right")) - i
             succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_plain, r1, 0)
         pair = scale * float(np.maximum(new, succ).mean())
-        pair_cost = cost + float(later.mean()) * max(1, v.batch_size) * (
+        pair_cost = cost + float(later.mean()) * inputs["sharers"] * (
             self._prefill.value + draft_len / max(a_seeded, 1e-6) * per_step)
         inputs.update(with_successor_saving_s=pair, with_successor_cost_s=pair_cost)
         if saving > cost:

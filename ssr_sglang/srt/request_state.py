@@ -136,7 +136,6 @@ class RequestSSR:
         if self._prompt is None:
             return 0
         budget = CONTEXT_CHUNK if budget is None else budget
-        prop = self.proposer
         if not self._context:
             n = len(self._prompt)
             self._add_context_source(self._prompt, max(0, n - CONTEXT_PROMPT_TOKENS), n)
@@ -146,13 +145,7 @@ class RequestSSR:
             self._add_context_source(reasoning, 0, len(reasoning))
         fed = 0
         for src in self._context:
-            sid, toks, at, end = src
-            if at >= end:
-                continue
-            hi = min(end, at + budget - fed)
-            prop.extend_draft(sid, toks[at:hi])
-            src[2] = hi
-            fed += hi - at
+            fed += self._feed_chunk(src, budget - fed)
             if fed >= budget:
                 break
         self.counters.context_tokens += fed
@@ -196,12 +189,19 @@ class RequestSSR:
 
     def _feed_client_drafts(self) -> None:
         src = self._pending_drafts[0]
-        sid, toks, at, end = src
-        hi = min(end, at + CLIENT_DRAFT_CHUNK)
-        self.proposer.extend_draft(sid, toks[at:hi])
-        src[2] = hi
-        if hi >= end:
+        self._feed_chunk(src, CLIENT_DRAFT_CHUNK)
+        if src[2] >= src[3]:
             self._pending_drafts.pop(0)
+
+    def _feed_chunk(self, src: list, budget: int) -> int:
+        """Index up to ``budget`` more tokens of a source being fed in chunks (``[source id, tokens,
+        next index, end index]``, advanced in place); returns how many."""
+        sid, toks, at, end = src
+        hi = min(end, at + max(0, budget))
+        if hi > at:
+            self.proposer.extend_draft(sid, toks[at:hi])
+            src[2] = hi
+        return hi - at
 
     def pull_drafts(self) -> None:
         """Hand newly generated draft tokens to the proposer (drafts decode in the same batches)."""
