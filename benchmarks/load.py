@@ -34,6 +34,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -62,6 +63,8 @@ def parse_args(argv=None):
                    help="all servers up at once, each level run on every server in an order rotated per level "
                         "and round (about 5 GB per CPU server); default: one server at a time")
     p.add_argument("--rounds", type=int, default=1, help="repeat the sweep this many times (figures pooled)")
+    p.add_argument("--restart-servers", action="store_true",
+                   help="start fresh servers for every round (a slow server process then weighs on one round only)")
     p.add_argument("--concurrency", default="1,4,16,64")
     p.add_argument("--min-requests", type=int, default=4, help="requests per level at least")
     p.add_argument("--max-requests", type=int, default=64, help="requests per level at most")
@@ -204,8 +207,11 @@ def main(argv=None) -> int:
     sweep, over = {}, {}
     runs = {name: {c: [] for c, _ in levels} for name, (_, _, do_sweep) in servers.items() if do_sweep}
     groups = [list(servers)] if args.side_by_side else [[name] for name in servers]
-    for group in groups:
-        bu.log(f"== {', '.join(group)}")
+    # --restart-servers: fresh server processes for every round, so that one slow or fast process (a
+    # machine effect that lasts as long as the process) cannot bias every round the same way
+    blocks = [[r] for r in range(args.rounds)] if args.restart_servers else [list(range(args.rounds))]
+    for group, block in ((g, b) for g in groups for b in blocks):
+        bu.log(f"== {', '.join(group)}" + (f", round {block[0] + 1}" if args.restart_servers else ""))
         with contextlib.ExitStack() as stack:
             srvs = bu.start_servers(stack, {n: (server_args(sargs, model, servers[n][0])
                                                 + (["--dp-size", str(replicas[n])] if n in replicas else []),
@@ -213,10 +219,10 @@ def main(argv=None) -> int:
                                     out_dir, args.device, running=bu.parse_urls(args.urls))
             for name, srv in srvs.items():
                 bu.stream_generate(srv.url, prompts[0]["input_ids"], args.max_new_tokens)  # warm-up, not recorded
-                if args.overhead_n and name in ("plain", "ssr", "ssr_nofallback"):
+                if args.overhead_n and name in ("plain", "ssr", "ssr_nofallback") and block[0] == 0:
                     over[name] = overhead(srv.url, prompts[: args.overhead_n], args, with_off=(name != "plain"))
             names = [n for n in group if n in runs]
-            for rnd in range(args.rounds):
+            for rnd in block:
                 for li, (c, count) in enumerate(levels):
                     k = (rnd + li) % len(names) if names else 0
                     for name in names[k:] + names[:k]:  # side by side: the order rotates per level and round
@@ -253,8 +259,11 @@ def main(argv=None) -> int:
                 if name.startswith("ssr") and c in sweep["ngram"]:
                     r = s["output_tokens_per_s"] / sweep["ngram"][c]["output_tokens_per_s"]
                     s["throughput_vs_ngram"] = r
+                    spread = round_spread(runs["ngram"][c], runs[name][c])
+                    s["throughput_vs_ngram_rounds"] = spread
                     if r < 1:
-                        verdict.append(f"{name} is slower than NGRAM at concurrency {c}: {r:.2f}x the throughput")
+                        verdict.append(f"{name} is slower than NGRAM at concurrency {c}: {r:.2f}x the throughput"
+                                       + noise_note(spread))
     for lv in sweep.values():
         for s in lv.values():
             s.pop("output_ids")
@@ -275,11 +284,35 @@ def main(argv=None) -> int:
     return 0
 
 
+def round_spread(base_rounds: list, other_rounds: list) -> Optional[dict]:
+    """Throughput of ``other`` against ``base`` round by round (the two ran side by side, the same
+    requests, so the ratio of a round is ``base wall / other wall``): per-round ratios and a 95%
+    bootstrap interval over rounds of the pooled ratio. None with fewer than 3 rounds (no spread)."""
+    from ssr_sglang.main_job import ratio_interval
+
+    walls = [(b["wall_s"], o["wall_s"]) for b, o in zip(base_rounds, other_rounds)]
+    if len(walls) < 3:
+        return None
+    per_round = [b / o for b, o in walls]
+    lo, hi = ratio_interval([b for b, _ in walls], [o for _, o in walls])
+    return {"per_round": per_round, "ci95": [lo, hi]}
+
+
+def noise_note(spread: Optional[dict]) -> str:
+    """How a pooled ratio below 1 reads against the per-round spread."""
+    if not spread:
+        return " (one or two rounds: no spread to tell it from noise)"
+    lo, hi = spread["ci95"]
+    verdict = "beyond noise" if hi < 1 else "within noise"
+    return f" (95% CI over rounds {lo:.2f}-{hi:.2f}: {verdict})"
+
+
 def markdown(stamp, cmd, args, model, over, sweep, verdict, wall) -> str:
     f = bu.fmt
     parts = [f"{stamp}, {bu.machine()}; `{cmd}`\n\nModel `{Path(model).name}`, {args.device}, dataset "
              f"`{args.dataset}`, greedy; {'servers up at once, order rotated' if args.side_by_side else 'servers one at a time'}, "
-             f"{args.rounds} round(s), each level from an empty cache; wall {wall:.0f} s."]
+             f"{args.rounds} round(s){' on fresh servers each' if args.restart_servers else ''}, each level from an "
+             f"empty cache; wall {wall:.0f} s."]
     if over:
         rows = []
         for name in ("plain", "ssr", "ssr_nofallback"):
@@ -319,6 +352,17 @@ def markdown(stamp, cmd, args, model, over, sweep, verdict, wall) -> str:
         parts.append("Data-parallel replicas (`--dp-size N`) against one server of the same method:\n\n" + bu.md_table(
             ["server", "concurrency", "output tok/s", "throughput vs 1 replica", "mean latency (s)",
              "latency vs 1 replica", "identical to 1 replica"], rows))
+    rows = []
+    for name, lv in sweep.items():
+        for c, s in lv.items():
+            if "throughput_vs_ngram" in s:
+                sp = s.get("throughput_vs_ngram_rounds")
+                rows.append([name, c, f(s["throughput_vs_ngram"], "{:.3f}x"),
+                             "—" if not sp else f"{sp['ci95'][0]:.3f}-{sp['ci95'][1]:.3f}",
+                             "—" if not sp else " ".join(f"{x:.2f}" for x in sp["per_round"])])
+    if rows:
+        parts.append("SSR against NGRAM (throughput, same requests side by side; the interval is over rounds):\n\n"
+                     + bu.md_table(["server", "concurrency", "throughput vs NGRAM", "95% CI", "per round"], rows))
     parts.append("Slower than plain (or SSR slower than NGRAM): " + ("; ".join(verdict) if verdict else
                                                                      "nowhere in this run") + ".")
     return "\n\n".join(parts) + "\n"

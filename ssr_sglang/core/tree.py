@@ -33,7 +33,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 __all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size", "nodes_in_use",
-           "parents_from_mask", "distinct_siblings", "duplicate_siblings"]
+           "parents_from_mask", "distinct_siblings", "distinct_siblings_batch", "duplicate_siblings"]
 
 PAD_TOKEN = 0
 NO_LABEL = -1
@@ -263,3 +263,35 @@ def distinct_siblings(tokens, mask, n: int) -> int:
                 renamed += 1
             seen.add(t)
     return renamed
+
+
+def distinct_siblings_batch(tokens: np.ndarray, mask, n: int) -> int:
+    """:func:`distinct_siblings` for ``B`` trees at once, vectorised (the same renaming; cheaper than a loop
+    over the trees from about 6 trees on): ``tokens`` a writable ``(B, n)`` array (renamed in place),
+    ``mask`` their ``B * n * n`` ancestor-or-self masks; returns the nodes renamed in all.
+
+    Among the children of one parent, the first holder of a token keeps it; the ``r``-th later repeat
+    (``r`` counted over all repeats under that parent, in node order) gets the ``r``-th smallest id
+    at or above ``PAD_TOKEN`` that no child of that parent carries.  Example (one tree, ``n = 5``,
+    all under the root): ``[7, 1, 1, 0, 0]`` -> repeats are nodes 2 and 4, the free ids are 2, 3, ...,
+    so the tree becomes ``[7, 1, 2, 0, 3]``.
+    """
+    b = tokens.shape[0]
+    if b == 0 or n < 3:
+        return 0  # at most one child: nothing can repeat
+    rows = np.asarray(mask, dtype=bool).reshape(b, n, n) & _strictly_lower(n)
+    parents = np.where(rows.any(axis=2), n - 1 - np.argmax(rows[:, :, ::-1], axis=2), -1)
+    parents[:, 0] = n  # the root has no siblings: a group of its own
+    earlier = (parents[:, :, None] == parents[:, None, :]) & _strictly_lower(n)  # [b, i, j]: sibling j before i
+    repeat = (earlier & (tokens[:, :, None] == tokens[:, None, :])).any(axis=2)
+    if not repeat.any():
+        return 0
+    rank = (earlier & repeat[:, None, :]).sum(axis=2)  # repeats before i under the same parent
+    ids = PAD_TOKEN + np.arange(2 * n + 1)  # children < n, so n taken ids leave >= n free ones
+    holds = (tokens[:, :, None] == ids).astype(np.float32)  # [b, j, id]: node j carries id
+    child_of = (parents[:, None, :] == np.arange(n + 1)[None, :, None]).astype(np.float32)  # [b, p, j]
+    taken = np.matmul(child_of, holds) > 0  # [b, p, id]: a child of p carries id
+    free_before = np.cumsum(~taken[np.arange(b)[:, None], parents], axis=2)  # [b, i, id]: free ids up to id
+    nth_free = np.argmax(free_before == rank[:, :, None] + 1, axis=2)
+    tokens[repeat] = ids[nth_free[repeat]]
+    return int(repeat.sum())

@@ -31,7 +31,8 @@ from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices_from_tree_mask_func
 
 from ssr_sglang.core.policy import DraftPolicy
-from ssr_sglang.core.tree import build_chain, distinct_siblings, duplicate_siblings, layout_tree, nodes_in_use
+from ssr_sglang.core.tree import (build_chain, distinct_siblings, distinct_siblings_batch, duplicate_siblings,
+                                  layout_tree, nodes_in_use)
 from ssr_sglang.srt import active, compat, faults, think_ids
 from ssr_sglang.srt.config import SSRConfigError, default_max_batch, server_config_from_env
 from ssr_sglang.srt.draft_manager import DraftManager
@@ -90,6 +91,7 @@ class SSRWorker(NGRAMWorker):
         nn = n * n
         widths = [n] * len(batch.reqs) if self.adaptive_width else None  # nodes in use, per request
         disabled = self.manager.disabled
+        ngram_rows = []  # requests that keep the n-gram (or padding-only) rows
         for i, req in enumerate(batch.reqs):
             rows, mrows = slice(i * n, (i + 1) * n), slice(i * nn, (i + 1) * nn)
             tree = None
@@ -104,15 +106,18 @@ class SSRWorker(NGRAMWorker):
                 mask[mrows] = tree.mask
                 if widths is not None:
                     widths[i] = tree.num_real
-            else:  # n-gram or padding-only rows, zero-padded: width first, then distinct padding
-                if widths is not None:
+            else:
+                ngram_rows.append(i)
+                if widths is not None:  # read before the padding is renamed
                     widths[i] = nodes_in_use(req_drafts[rows], mask[mrows], n)
-                renamed = distinct_siblings(req_drafts[rows], mask[mrows], n)
-                if self.check_trees:
-                    self.manager.tree_stats["siblings_renamed"] += renamed
-            if self.check_trees:
-                self.manager.tree_stats["tree_checks"] += 1
-                self.manager.tree_stats["duplicate_siblings_seen"] += duplicate_siblings(req_drafts[rows], mask[mrows], n)
+        renamed = _distinct_padding(req_drafts, mask, n, ngram_rows)  # SGLang zero-pads: make padding distinct
+        if self.check_trees:
+            stats = self.manager.tree_stats
+            stats["siblings_renamed"] += renamed
+            for i in range(len(batch.reqs)):
+                stats["tree_checks"] += 1
+                stats["duplicate_siblings_seen"] += duplicate_siblings(req_drafts[i * n:(i + 1) * n],
+                                                                       mask[i * nn:(i + 1) * nn], n)
         self._widths = widths
         return req_drafts, mask
 
@@ -177,6 +182,23 @@ class SSRWorker(NGRAMWorker):
         req_drafts = np.zeros(bs * self.draft_token_num, dtype=np.int64)
         req_drafts[:: self.draft_token_num] = last
         return req_drafts, np.tile(mask, bs)
+
+
+def _distinct_padding(req_drafts: np.ndarray, mask: np.ndarray, n: int, rows: list) -> int:
+    """No repeated siblings in the trees of requests ``rows`` (flat n-gram rows, renamed in place; one
+    vectorised pass from ``_BATCH_FROM`` rows on, a loop below); returns the nodes renamed."""
+    if len(rows) < _BATCH_FROM:  # a loop over few trees costs less than the vectorised pass's fixed cost
+        nn = n * n
+        return sum(distinct_siblings(req_drafts[i * n:(i + 1) * n], mask[i * nn:(i + 1) * nn], n) for i in rows)
+    at = (np.asarray(rows)[:, None] * n + np.arange(n)).reshape(-1)  # the rows' nodes in the flat arrays
+    tokens = req_drafts[at].reshape(len(rows), n)
+    renamed = distinct_siblings_batch(tokens, mask.reshape(-1, n * n)[rows], n)
+    if renamed:
+        req_drafts[at] = tokens.reshape(-1)
+    return renamed
+
+
+_BATCH_FROM = 6
 
 
 def _adaptive_width(setting: str, runner) -> bool:

@@ -120,3 +120,19 @@ def test_verify_width_smoke(tmp_path, urls):
     row = res["summary"]["1"]
     assert row["identical"] and row["ratio"] > 0 and row["adaptive"]["nodes_per_step"] >= 1
     assert "adaptive / full" in (tmp_path / "results.md").read_text()
+
+
+def test_load_round_spread_tells_noise_from_a_real_gap():
+    """A pooled ratio below 1 is called a gap only when the interval over rounds lies below 1."""
+    sys.path.insert(0, str(BENCH))
+    import load
+
+    base = [{"wall_s": w} for w in (5.0, 5.0, 5.0, 5.0)]
+    noisy = load.round_spread(base, [{"wall_s": w} for w in (4.6, 5.5, 4.8, 5.4)])  # pooled 0.986x
+    assert [round(x, 3) for x in noisy["per_round"]] == [1.087, 0.909, 1.042, 0.926]
+    assert noisy["ci95"][0] < 1 < noisy["ci95"][1]
+    assert "within noise" in load.noise_note(noisy)
+    slower = load.round_spread(base, [{"wall_s": w} for w in (5.5, 5.6, 5.4, 5.5)])
+    assert slower["ci95"][1] < 1 and "beyond noise" in load.noise_note(slower)
+    assert load.round_spread(base[:2], base[:2]) is None
+    assert "no spread" in load.noise_note(None)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ssr_sglang.core.tree import (build_chain, build_tree, distinct_siblings, duplicate_siblings, layout_tree,
-                                  node_labels, parents_from_mask, trie_size)
+from ssr_sglang.core.tree import (build_chain, build_tree, distinct_siblings, distinct_siblings_batch,
+                                  duplicate_siblings, layout_tree, node_labels, parents_from_mask, trie_size)
 
 branches_st = st.lists(st.lists(st.integers(0, 4), max_size=6), max_size=6)
 
@@ -162,3 +162,32 @@ def test_distinct_siblings_on_random_trees(n, data):
     assert distinct_siblings(tokens, mask.reshape(-1), n) == len(repeats)
     assert duplicate_siblings(tokens, mask.reshape(-1), n) == 0
     assert {i for i in range(n) if tokens[i] != before[i]} == repeats
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 12), count=st.integers(1, 5), data=st.data())
+def test_distinct_siblings_batch_renames_each_tree_as_alone(n, count, data):
+    """Trees renamed together come out as each renamed on its own (the worker renames a batch at once)."""
+    trees, masks = [], []
+    for _ in range(count):
+        parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
+        trees.append([data.draw(st.integers(0, 3)) for _ in range(n)])
+        mask = np.zeros((n, n), dtype=bool)
+        for i in range(n):
+            j = i
+            while j != -1:
+                mask[i, j], j = True, parents[j]
+        masks.append(mask.reshape(-1))
+    batch = np.array(trees, dtype=np.int64)
+    renamed = distinct_siblings_batch(batch, np.concatenate(masks), n)
+    alone = [np.array(t, dtype=np.int64) for t in trees]
+    assert renamed == sum(distinct_siblings(t, m, n) for t, m in zip(alone, masks))
+    assert batch.tolist() == [t.tolist() for t in alone]
+
+
+def test_distinct_siblings_worked_example():
+    tokens = np.array([7, 1, 1, 0, 0], dtype=np.int64)
+    mask = np.zeros((5, 5), dtype=bool)
+    mask[:, 0] = True
+    np.fill_diagonal(mask, True)
+    assert distinct_siblings(tokens, mask.reshape(-1), 5) == 2 and tokens.tolist() == [7, 1, 2, 0, 3]

@@ -122,7 +122,7 @@ def test_context_sources_keep_outputs_and_are_counted(ssr_server, chat_prompts, 
 
 
 def test_every_verified_tree_has_distinct_siblings(ssr_server, chat_prompts, tokenizer):
-    """Reasoning with drafts, n-gram rows, padding-only rows and branching suffix proposals, four at a
+    """Reasoning with drafts, n-gram rows, padding-only rows and branching suffix proposals, seven at a
     time: no tree handed to the verifier has two siblings with the same token. SGLang's n-gram corpus
     pads with token 0 under the root, so some padding was renamed (the check had something to catch)."""
     before = ssr_server.server_info()["internal_states"][0]["ssr"]
@@ -133,7 +133,10 @@ def test_every_verified_tree_has_distinct_siblings(ssr_server, chat_prompts, tok
     jobs += [dict(input_ids=closed, max_new_tokens=64, sampling={"ignore_eos": True},
                   custom_params={"ssr_draft": draft}), dict(input_ids=chat_prompts[4], max_new_tokens=64,
                                                            custom_params={"ssr": False})]
-    with cf.ThreadPoolExecutor(4) as pool:
+    # three more without drafts: from 6 n-gram rows on, the padding is renamed in one vectorised pass
+    jobs += [dict(input_ids=chat_prompts[i % len(chat_prompts)], max_new_tokens=48, custom_params={"ssr": False})
+             for i in (1, 5, 6)]
+    with cf.ThreadPoolExecutor(len(jobs)) as pool:
         outs = list(pool.map(lambda j: ssr_server.generate(**j), jobs))
     assert sum(o["meta_info"]["ssr"]["drafts_started"] for o in outs[:2]) >= 1
     assert outs[2]["output_ids"] == ref
