@@ -59,7 +59,17 @@ def chat_prompts(tokenizer) -> list:
     return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
 
 
-BENCH_DATA = (ROOT / ".." / "shared" / "data").resolve()
+def _bench_data_root() -> Path:
+    """Where the benchmarks look for their data (``bench_utils.DEFAULT_DATA_ROOT``, the one definition)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_utils import DEFAULT_DATA_ROOT
+
+    return DEFAULT_DATA_ROOT
+
+
+BENCH_DATA = _bench_data_root()
 
 
 def require_bench_data(path: Path) -> Path:

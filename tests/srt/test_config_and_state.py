@@ -103,6 +103,31 @@ def test_answer_steps_are_attributed_to_prefix_and_suffix():
     assert m["accepted_prefix"] == 3 and m["answer_verify_steps"] == 1 and m["answer_tokens"] == 6
 
 
+def test_draft_steps_also_measure_the_ngram_proposal_they_replaced():
+    """On a step verified with a draft proposal, the n-gram proposal the worker had built for it is
+    scored against what the target produced: a_plain's sample covers every answer step."""
+    import numpy as np
+
+    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=4)
+    st.advance([5, 4])
+    st.add_client_draft([9, 9, 11, 12, 13, 14])
+    out = [5, 4, 9, 9]
+    st.advance(out)
+    assert st.propose(out)
+    # the n-gram rows of this step: 11 12 as a chain under the root, then padding
+    mask = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 1]], dtype=bool).reshape(-1)
+    st.shadow_ngram([9, 11, 12, 0], mask)
+    out += [11, 12, 13, 14]  # the draft's 3 tokens + bonus; the n-gram chain matched 2 of them
+    st.settle(out)
+    c = st.counters
+    assert (c.draft_answer_steps, c.draft_answer_tokens) == (1, 4)
+    assert (c.ngram_shadow_steps, c.ngram_shadow_tokens) == (1, 3)  # 2 matched + its bonus
+    st.note_plain_step(out)  # a step without a draft proposal: nothing to shadow
+    out += [15]
+    st.settle(out)
+    assert c.ngram_shadow_steps == 1 and c.answer_verify_steps == 2
+
+
 def test_context_sources_are_indexed_in_bounded_chunks_and_counted(monkeypatch):
     """ssr_context: the prompt (its last CONTEXT_PROMPT_TOKENS), then, once the answer starts, the
     reasoning are reference sources, indexed at most CONTEXT_CHUNK tokens per step; tokens accepted from
@@ -121,17 +146,24 @@ def test_context_sources_are_indexed_in_bounded_chunks_and_counted(monkeypatch):
     for s in (off, st):
         s.add_client_draft([9, 9, 70, 71, 72])  # a draft that shares nothing with the context
     out = [60, 61, 62, 63, 64]
-    off.advance(out)
-    st.advance(out)  # reasoning: the prompt's first chunk only
+
+    def step(s):  # as the worker does once per decode step; the fork pass advances again
+        s.advance(out)
+        s.feed_sources(out)
+        s.advance(out)
+
+    step(off)
+    step(st)  # reasoning: the prompt's first chunk only
     assert off.counters.context_tokens == 0 and st.counters.context_tokens == 4
-    st.advance(out)
+    step(st)
     assert st.counters.context_tokens == 6  # the prompt's last 6 tokens: done
     out += [4]  # think end: the answer starts; the reasoning (60..64 and the end marker) is the next source
-    st.advance(out)
-    st.advance(out)
+    step(st)
+    assert st.counters.context_tokens == 6 + 4  # one chunk per step, however often the step advances
+    step(st)
     assert st.phase == ANSWER and st.counters.context_tokens == 6 + 6
     out += [61, 62]  # the answer restates the reasoning: the context proposes 63 64 (the draft nothing)
-    st.advance(out)
+    step(st)
     branches = st.propose(out)
     assert branches and branches[0].tokens[:2] == [63, 64]
     out += [63, 64, 99]  # two accepted, then the bonus token
@@ -154,9 +186,12 @@ def test_long_client_draft_is_indexed_a_chunk_per_step(monkeypatch):
     out = []
     for step in range(1, 4):
         st.advance(out)
+        st.feed_sources(out)
+        st.advance(out)  # the fork pass: feeds nothing
         assert st.proposer.draft_tokens(0) == draft[:min(30, 8 + 8 * step)]
     while len(out) < 30:
         st.advance(out)
+        st.feed_sources(out)
         b = st.propose(out)
         assert b and b[0].tokens == draft[len(out):len(out) + 3]
         out = draft[:len(out) + 4]
