@@ -10,10 +10,9 @@ Expected saving of a draft forked after ``r`` reasoning tokens::
 
 * ``A``: expected answer length (mean over finished requests);
 * ``t_step``: seconds of one answer-phase decode (verify) step at this batch size, without a draft;
-* ``a_plain``: answer tokens per verify step without a draft proposal (n-gram or plain steps), measured
-  on every answer step: where a draft proposal was verified, the engine counts what the n-gram
-  proposal it replaced would have committed (steps the drafts could not serve alone are a biased
-  sample: the text the drafts miss, where n-grams miss too);
+* ``a_plain``: answer tokens per verify step without a draft proposal (n-gram or plain steps). Scoring
+  the n-gram proposal that a draft step replaced is no substitute: SGLang's n-gram corpus also holds
+  the drafts' own text, so that would measure n-grams helped by the drafts, not the answer without them;
 * ``a(d)``: answer tokens per verify step that a draft forked ``d`` reasoning tokens before the
   answer would give on its own: learned per log2 bucket of ``d`` by replaying each finished
   request's answer against each of its drafts (:func:`~ssr_sglang.core.simulator.simulate`, over

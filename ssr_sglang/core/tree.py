@@ -33,8 +33,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 __all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size", "nodes_in_use",
-           "parents_from_mask", "distinct_siblings", "distinct_siblings_batch", "duplicate_siblings",
-           "tree_match_length"]
+           "parents_from_mask", "distinct_siblings", "distinct_siblings_batch", "duplicate_siblings"]
 
 PAD_TOKEN = 0
 NO_LABEL = -1
@@ -223,24 +222,6 @@ def parents_from_mask(mask, n: int) -> np.ndarray:
     rows = np.asarray(mask, dtype=bool).reshape(n, n) & _strictly_lower(n)
     last = n - 1 - np.argmax(rows[:, ::-1], axis=1)
     return np.where(rows.any(axis=1), last, -1).astype(np.int64)
-
-
-def tree_match_length(tokens, mask, n: int, continuation: Sequence[int]) -> int:
-    """How many tokens of ``continuation`` (what the target actually produced after the root) a tree
-    proposed: the depth of the deepest path from the root whose tokens are its first tokens. A greedy
-    verifier would have accepted that many, plus its bonus token.
-
-    Example: ``n = 4``, root ``9`` with children ``5`` (node 1) and ``6`` (node 2), node 3 ``7``
-    under node 1; continuation ``[5, 7, 8]`` -> 2; ``[6, 1]`` -> 1; ``[1]`` -> 0.
-    """
-    parents = parents_from_mask(mask, n).tolist()
-    node, depth = 0, 0
-    for t in continuation:
-        node = next((c for c in range(node + 1, n) if parents[c] == node and tokens[c] == t), -1)
-        if node < 0:
-            break
-        depth += 1
-    return depth
 
 
 def _sibling_groups(tokens, parents) -> dict:

@@ -468,10 +468,7 @@ class DraftManager:
             return
         c = st.counters
         answer = req.output_ids[st.answer_start:] if st.phase == ANSWER else []
-        # a_plain's sample: the steps verified without a draft proposal, and on draft steps what the n-gram
-        # proposal they replaced would have committed (the drafts' steps are not a random sample of the text)
-        plain = (c.answer_tokens - c.draft_answer_tokens + c.ngram_shadow_tokens,
-                 c.answer_verify_steps - c.draft_answer_steps + c.ngram_shadow_steps)
+        plain = (c.answer_tokens - c.draft_answer_tokens, c.answer_verify_steps - c.draft_answer_steps)
         self.policy.observe_request(st.reasoning_len, len(answer), plain,
                                     (c.draft_answer_tokens, c.draft_answer_steps), st.draft_replays(answer))
 

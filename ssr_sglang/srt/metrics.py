@@ -25,8 +25,6 @@ class SSRCounters:
     answer_verify_steps: int = 0
     draft_answer_steps: int = 0  # answer verify steps with a draft proposal, and the answer tokens
     draft_answer_tokens: int = 0  # they committed (the rest were n-gram or plain steps)
-    ngram_shadow_steps: int = 0  # of those draft steps, the ones whose n-gram proposal was also built, and
-    ngram_shadow_tokens: int = 0  # the tokens it would have committed there (matched + bonus)
     accepted_prefix: int = 0  # answer tokens accepted from aligned drafts' continuations
     accepted_suffix: int = 0  # ... from suffix matches, of which:
     accepted_suffix_live: int = 0  # in a draft still decoding

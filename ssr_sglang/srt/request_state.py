@@ -16,7 +16,6 @@ from typing import List, Optional, Sequence
 from ssr_sglang.core.proposer import ANSWER_ID, DraftProposer, ProposerConfig
 from ssr_sglang.core.simulator import simulate
 from ssr_sglang.core.think_markers import ThinkEndMatcher
-from ssr_sglang.core.tree import tree_match_length
 from ssr_sglang.srt.config import RequestConfig
 from ssr_sglang.srt.metrics import SSRCounters
 from ssr_sglang.srt.think_ids import ThinkIds
@@ -84,7 +83,6 @@ class RequestSSR:
         # Bookkeeping of the last proposal, settled when the next tokens arrive.
         self._proposed_at = -1
         self._ssr_step = False
-        self._shadow: Optional[tuple] = None  # this step's replaced n-gram proposal: (tokens, mask)
         self._final: Optional[dict] = None
         self.decisions: List[dict] = []  # fork decisions of the drafting policy (see note_decision)
         # Context sources (cfg.context): [source id, tokens, next index to feed, end index]; _prompt is None
@@ -318,12 +316,6 @@ class RequestSSR:
             return
         c.draft_answer_steps += 1
         c.draft_answer_tokens += got
-        if self._shadow is not None:  # what the n-gram proposal would have committed at this step
-            tokens, mask = self._shadow
-            n = len(tokens)
-            c.ngram_shadow_steps += 1
-            c.ngram_shadow_tokens += 1 + tree_match_length(tokens, mask, n, output_ids[len(output_ids) - got:])
-            self._shadow = None
         accepted = got - 1
         p = self._proposer
         branch = 0
@@ -354,15 +346,8 @@ class RequestSSR:
         branches = self.proposer.propose_tree(answer, self._num_nodes - 1)
         self._proposed_at = len(output_ids)
         self._ssr_step = bool(branches)
-        self._shadow = None  # the worker hands this step's n-gram proposal over after this, if it has one
         self.counters.propose_time_s += time.perf_counter() - t0
         return branches
-
-    def shadow_ngram(self, tokens, mask) -> None:
-        """The n-gram proposal this step's draft proposal replaced (copied). :meth:`settle` counts what it
-        would have committed, so the policy's ``a_plain`` is measured on every answer step, not only on
-        those the drafts could not serve (a biased sample: the text the drafts miss)."""
-        self._shadow = (list(tokens), list(mask))
 
     def note_step_time(self, seconds: float, with_draft: bool) -> None:
         """A decode step of this (client) request took ``seconds``; ``self.phase`` is the step's phase."""
@@ -380,7 +365,6 @@ class RequestSSR:
         """An answer-phase step verified without an SSR proposal (n-gram or nothing)."""
         self._proposed_at = len(output_ids)
         self._ssr_step = False
-        self._shadow = None
 
     def finish(self, output_ids: Sequence[int]) -> dict:
         """Final accounting (idempotent): settle the last step, cancel drafts still running."""

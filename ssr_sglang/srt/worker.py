@@ -97,7 +97,7 @@ class SSRWorker(NGRAMWorker):
             tree = None
             if not (disabled and req.rid in disabled):
                 try:
-                    tree = self._propose_one(req, n, req_drafts[rows], mask[mrows])
+                    tree = self._propose_one(req, n)
                 except Exception as e:  # noqa: BLE001 - never fail the batch: this request goes on as NGRAM
                     self.manager.disable(req.rid, f"building proposals failed: {e!r}", e)
                     tree = None
@@ -121,9 +121,8 @@ class SSRWorker(NGRAMWorker):
         self._widths = widths
         return req_drafts, mask
 
-    def _propose_one(self, req, n: int, ngram_tokens, ngram_mask):
-        """The token tree of one request's draft-based proposals, or None (keep the n-gram rows, which
-        are otherwise kept by the request's state as the proposal this tree replaced)."""
+    def _propose_one(self, req, n: int):
+        """The token tree of one request's draft-based proposals, or None (keep the n-gram rows)."""
         st = self.manager.state_for(req)
         out = req.output_ids
         st.settle(out)
@@ -134,8 +133,6 @@ class SSRWorker(NGRAMWorker):
             branches = st.propose(out)
             if branches:
                 last = out[-1] if len(out) else req.origin_input_ids_unpadded[-1]
-                if self.ssr_config.reasoning_fallback == "ngram":
-                    st.shadow_ngram(ngram_tokens, ngram_mask)
                 return layout_tree(last, [b.tokens for b in branches], n)
         if st.phase == ANSWER:
             st.note_plain_step(out)

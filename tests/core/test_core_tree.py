@@ -192,15 +192,3 @@ def test_distinct_siblings_worked_example():
     np.fill_diagonal(mask, True)
     assert distinct_siblings(tokens, mask.reshape(-1), 5) == 2 and tokens.tolist() == [7, 1, 2, 0, 3]
 
-
-def test_tree_match_length_follows_the_continuation():
-    from ssr_sglang.core.tree import tree_match_length
-
-    n = 4
-    tokens = [9, 5, 6, 7]  # root 9; 5 and 6 under it; 7 under 5
-    mask = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=bool).reshape(-1)
-    assert tree_match_length(tokens, mask, n, [5, 7, 8]) == 2
-    assert tree_match_length(tokens, mask, n, [6, 1]) == 1
-    assert tree_match_length(tokens, mask, n, [1]) == 0
-    assert tree_match_length(tokens, mask, n, []) == 0
-    assert tree_match_length(tokens, mask, n, [7]) == 0  # 7 is not a child of the root

@@ -103,31 +103,6 @@ def test_answer_steps_are_attributed_to_prefix_and_suffix():
     assert m["accepted_prefix"] == 3 and m["answer_verify_steps"] == 1 and m["answer_tokens"] == 6
 
 
-def test_draft_steps_also_measure_the_ngram_proposal_they_replaced():
-    """On a step verified with a draft proposal, the n-gram proposal the worker had built for it is
-    scored against what the target produced: a_plain's sample covers every answer step."""
-    import numpy as np
-
-    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=4)
-    st.advance([5, 4])
-    st.add_client_draft([9, 9, 11, 12, 13, 14])
-    out = [5, 4, 9, 9]
-    st.advance(out)
-    assert st.propose(out)
-    # the n-gram rows of this step: 11 12 as a chain under the root, then padding
-    mask = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 1]], dtype=bool).reshape(-1)
-    st.shadow_ngram([9, 11, 12, 0], mask)
-    out += [11, 12, 13, 14]  # the draft's 3 tokens + bonus; the n-gram chain matched 2 of them
-    st.settle(out)
-    c = st.counters
-    assert (c.draft_answer_steps, c.draft_answer_tokens) == (1, 4)
-    assert (c.ngram_shadow_steps, c.ngram_shadow_tokens) == (1, 3)  # 2 matched + its bonus
-    st.note_plain_step(out)  # a step without a draft proposal: nothing to shadow
-    out += [15]
-    st.settle(out)
-    assert c.ngram_shadow_steps == 1 and c.answer_verify_steps == 2
-
-
 def test_context_sources_are_indexed_in_bounded_chunks_and_counted(monkeypatch):
     """ssr_context: the prompt (its last CONTEXT_PROMPT_TOKENS), then, once the answer starts, the
     reasoning are reference sources, indexed at most CONTEXT_CHUNK tokens per step; tokens accepted from
