@@ -10,9 +10,12 @@ Expected saving of a draft forked after ``r`` reasoning tokens::
 
 * ``A``: expected answer length (mean over finished requests);
 * ``t_step``: seconds of one answer-phase decode (verify) step at this batch size, without a draft;
-* ``a_plain``: answer tokens per verify step without a draft proposal (n-gram or plain steps). Scoring
-  the n-gram proposal that a draft step replaced is no substitute: SGLang's n-gram corpus also holds
-  the drafts' own text, so that would measure n-grams helped by the drafts, not the answer without them;
+* ``a_plain``: answer tokens per verify step without drafts, measured on *control requests*: the first
+  request after the learning ones, then one in ``CONTROL_EVERY``, is served without drafts
+  (:meth:`DraftPolicy.start_request`). The draft-free steps of drafting requests are a biased sample
+  (the text the drafts could not serve), and scoring the n-gram proposal a draft step replaced is no
+  substitute either (SGLang's n-gram corpus holds the drafts' own text); they stand in only until the
+  first control request has answered;
 * ``a(d)``: answer tokens per verify step that a draft forked ``d`` reasoning tokens before the
   answer would give on its own: learned per log2 bucket of ``d`` by replaying each finished
   request's answer against each of its drafts (:func:`~ssr_sglang.core.simulator.simulate`, over
@@ -64,7 +67,7 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["Decision", "DraftPolicy", "RequestView", "MIN_HISTORY", "bucket"]
+__all__ = ["Decision", "DraftPolicy", "RequestView", "MIN_HISTORY", "CONTROL_EVERY", "bucket"]
 
 MIN_HISTORY = 4  # finished reasoning requests before the policy decides from its own history
 HISTORY = 256  # recent requests the reasoning-length statistics cover
@@ -72,6 +75,7 @@ WINDOW = 64  # recent samples behind each time estimate
 MIN_COST_SAMPLES = 3  # draft-carrying steps at a batch size before its cost counts as measured
 STALE_STEPS = 1024  # draft-free reasoning steps after which a draft cost counts as unmeasured again
 EXPLORE_GAP = 64  # decode steps after an exploring draft is granted before another may explore the same batch size
+CONTROL_EVERY = 32  # after the first control request, one client request in this many is served without drafts
 PRIOR_TOKENS = 1.0  # pseudo answer tokens behind the optimistic prior of an unmeasured fork distance
 BUCKETS = 64
 _CENTRES = np.arange(1, BUCKETS) - 1 + np.log2(1.5)  # log2 of the middle of buckets 1.. (2**(b-1) to 2**b - 1)
@@ -170,6 +174,8 @@ class DraftPolicy:
         self._sorted_answered = np.zeros(0, dtype=bool)  # ... and their flags, in the same order
         self._answers: Deque[int] = collections.deque(maxlen=HISTORY)
         self._plain = [0, 0]  # answer tokens, steps: verify steps without a draft proposal
+        self._control = [0, 0]  # the same, in control requests (served without drafts) only
+        self._started = 0  # client requests that reached a decision point (start_request)
         self._ssr = [0, 0]  # the same with a draft proposal
         self._self = {True: [0, 0], False: [0, 0]}  # seeded -> draft tokens, draft steps
         self._replay: Dict[int, List[float]] = collections.defaultdict(lambda: [0.0, 0.0])  # tokens, steps
@@ -198,14 +204,27 @@ class DraftPolicy:
     def observe_prefill(self, seconds: float) -> None:
         self._prefill.add(seconds)
 
+    def start_request(self) -> bool:
+        """A client request reached its first decision point. True: it is a control request, to be served
+        without drafts (its answer measures ``a_plain``): the first after the ``MIN_HISTORY`` learning
+        requests, then one in ``CONTROL_EVERY``.
+
+        >>> p = DraftPolicy()
+        >>> [i for i in range(80) if p.start_request()] == [MIN_HISTORY, MIN_HISTORY + 32, MIN_HISTORY + 64]
+        True
+        """
+        i = self._started
+        self._started += 1
+        return i >= MIN_HISTORY and (i - MIN_HISTORY) % CONTROL_EVERY == 0
+
     def observe_request(self, reasoning_tokens: int, answer_tokens: int, plain: Tuple[int, int],
-                        ssr: Tuple[int, int], replays: List[Tuple[int, int, int]]) -> None:
+                        ssr: Tuple[int, int], replays: List[Tuple[int, int, int]], control: bool = False) -> None:
         """A client request finished.
 
         ``plain``/``ssr``: (answer tokens, verify steps) without / with a draft proposal;
         ``replays``: per draft replayed, (reasoning tokens at its fork, answer tokens replayed,
-        verify steps the replay took). ``answer_tokens == 0``: the request ended inside its
-        reasoning (its length is a lower bound).
+        verify steps the replay took); ``control``: it was served without drafts (:meth:`start_request`).
+        ``answer_tokens == 0``: the request ended inside its reasoning (its length is a lower bound).
         """
         if reasoning_tokens <= 0:
             return
@@ -216,7 +235,7 @@ class DraftPolicy:
         if answer_tokens <= 0:
             return
         self._answers.append(answer_tokens)
-        for acc, x in ((self._plain, plain), (self._ssr, ssr)):
+        for acc, x in ((self._plain, plain), (self._ssr, ssr)) + (((self._control, plain),) if control else ()):
             acc[0] += x[0]
             acc[1] += x[1]
         for at, tokens, steps in replays:
@@ -248,6 +267,10 @@ class DraftPolicy:
             return cap
         longest = sorted(self._answers)[int(0.9 * (len(self._answers) - 1))]
         return max(1, min(cap, int(1.25 * longest) + 8))
+
+    def a_plain(self) -> float:
+        """Answer tokens per verify step without drafts: from control requests once one has answered."""
+        return self._rate(self._control, 0.0) or self._rate(self._plain, 1.0)
 
     @staticmethod
     def _rate(acc, default: float) -> float:
@@ -283,7 +306,8 @@ class DraftPolicy:
         return {
             "history": self.history,
             "answer_tokens": r6(self.answer_length()),
-            "a_plain": r6(self._rate(self._plain, 0.0)), "a_draft": r6(self._rate(self._ssr, 0.0)),
+            "a_plain": r6(self.a_plain()), "a_plain_control_steps": self._control[1],
+            "a_draft": r6(self._rate(self._ssr, 0.0)),
             "a_self": {"seeded": r6(self._rate(self._self[True], 0.0)),
                        "unseeded": r6(self._rate(self._self[False], 0.0))},
             "reasoning_step_s": {b: r6(w.value) for b, w in sorted(self._step.items())},
@@ -310,7 +334,7 @@ class DraftPolicy:
         if running:
             return Decision(False, "a draft is running")
         r = v.reasoning_tokens
-        a_plain = self._rate(self._plain, 1.0)
+        a_plain = self.a_plain()
         a_draft = self._rate(self._ssr, self.max_accept)
         # A seeded draft decodes against an earlier draft as the answer does: until seeded drafts are
         # measured, they are taken to accept as many tokens per step as the answer does.

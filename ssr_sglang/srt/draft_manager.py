@@ -350,6 +350,11 @@ class DraftManager:
         live = st.live_drafts()
         if live and self.policy is not None:  # one draft at a time: nothing to weigh (and no work per step)
             return {"at": st.reasoning_len, "fork": False, "reason": "a draft is running"}
+        if self.policy is not None and st.control is None:
+            st.control = self.policy.start_request()
+        if st.control:
+            return {"at": st.reasoning_len, "fork": False,
+                    "reason": "control request: served without drafts, its answer measures a_plain"}
         if self.policy is None:  # tensor parallel: timers differ per rank, decisions must not
             decision = Decision(None, "tensor parallel: fixed schedule on every rank")
         else:
@@ -470,7 +475,8 @@ class DraftManager:
         answer = req.output_ids[st.answer_start:] if st.phase == ANSWER else []
         plain = (c.answer_tokens - c.draft_answer_tokens, c.answer_verify_steps - c.draft_answer_steps)
         self.policy.observe_request(st.reasoning_len, len(answer), plain,
-                                    (c.draft_answer_tokens, c.draft_answer_steps), st.draft_replays(answer))
+                                    (c.draft_answer_tokens, c.draft_answer_steps), st.draft_replays(answer),
+                                    control=bool(st.control))
 
     def _draft_ended(self, st: RequestSSR, req) -> None:
         """A draft request ended: close its branch, keep its length and steps for the parent's
