@@ -32,7 +32,7 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices
 
 from ssr_sglang.core.policy import DraftPolicy
 from ssr_sglang.core.tree import build_chain, distinct_siblings, duplicate_siblings, layout_tree, nodes_in_use
-from ssr_sglang.srt import active, compat, faults, think_ids
+from ssr_sglang.srt import active, compat, consensus, faults, think_ids
 from ssr_sglang.srt.config import SSRConfigError, default_max_batch, server_config_from_env
 from ssr_sglang.srt.draft_manager import DraftManager
 from ssr_sglang.srt.request_state import ANSWER
@@ -77,7 +77,8 @@ class SSRWorker(NGRAMWorker):
             padded = F.pad(rows, (0, self.draft_token_num - self._width)).reshape(-1)
             result.next_token_ids = padded
             result.next_draft_input.accept_tokens = padded
-        self.manager.clock.step_ran(started, self._width)  # charged to the stages when the results arrive
+        # charged to the stages when this result is processed (one step later under overlap scheduling)
+        self.manager.clock.step_ran(result, started, self._width)
         return result
 
     # -- proposals ----------------------------------------------------------
@@ -135,13 +136,14 @@ class SSRWorker(NGRAMWorker):
     def _prepare_for_speculative_decoding(self, batch):
         self._widths = None
         super()._prepare_for_speculative_decoding(batch)
-        if not (self._widths and batch.forward_mode.is_target_verify()):
+        if not batch.forward_mode.is_target_verify():
             return
-        if batch.has_grammar or batch.return_logprob:
-            return  # SGLang derives grammar masks and logprobs at the full width
-        width = max(self._widths)
-        if width < self.draft_token_num:
-            self._narrow(batch, width)
+        # SGLang derives grammar masks and logprobs at the full width
+        if self._widths and not (batch.has_grammar or batch.return_logprob):
+            width = max(self._widths)
+            if width < self.draft_token_num:
+                self._narrow(batch, width)
+        consensus.note_tree(batch)  # TP ranks compare the trees (a no-op with one rank)
 
     def _narrow(self, batch, width: int) -> None:
         """Cut the batch's verify input to the first ``width`` nodes of every tree.
