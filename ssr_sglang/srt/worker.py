@@ -32,7 +32,7 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices
 
 from ssr_sglang.core.policy import DraftPolicy
 from ssr_sglang.core.tree import build_chain, distinct_siblings, duplicate_siblings, layout_tree, nodes_in_use
-from ssr_sglang.srt import active, compat, consensus, faults, think_ids
+from ssr_sglang.srt import active, compat, consensus, faults, overlap, think_ids
 from ssr_sglang.srt.config import SSRConfigError, default_max_batch, server_config_from_env
 from ssr_sglang.srt.draft_manager import DraftManager
 from ssr_sglang.srt.request_state import ANSWER
@@ -54,6 +54,9 @@ class SSRWorker(NGRAMWorker):
         self.adaptive_width = _adaptive_width(cfg.verify_width, runner)
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._width = self.draft_token_num  # nodes verified in the current step
+        # Overlap scheduling: per request of the batch being prepared, the previous step's accepted tokens
+        # not yet in req.output_ids (None when nothing is pending; see ssr_sglang.srt.overlap)
+        self._pending: Optional[dict] = None
         # The drafting policy decides from this process's own timers. Tensor-parallel ranks time
         # differently, so there requests follow their fixed schedules (token counts only).
         policy = DraftPolicy(max_accept=self.draft_token_num) if server_args.tp_size == 1 else None
@@ -64,6 +67,7 @@ class SSRWorker(NGRAMWorker):
             self.manager.tree_stats = {"tree_checks": 0, "duplicate_siblings_seen": 0, "siblings_renamed": 0}
         if not think.end:
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
+        self.manager.overlap = {"schedule": self.enable_overlap, "pending_steps": 0}  # /server_info
         active.MANAGER = self.manager  # one per scheduler process (each tensor-parallel rank has its own)
 
     # -- one step: timing, and the rows of a narrowed verify -------------------
@@ -120,21 +124,25 @@ class SSRWorker(NGRAMWorker):
     def _propose_one(self, req, n: int):
         """The token tree of one request's draft-based proposals, or None (keep the n-gram rows)."""
         st = self.manager.state_for(req)
-        out = req.output_ids
+        out = overlap.seen_outputs(req, self._pending)  # req.output_ids, or it plus the pending tokens
         st.settle(out)
         st.advance(out)
         if st.phase == ANSWER and st.has_drafts:
             faults.hit("propose", req.rid)
             branches = st.propose(out)
             if branches:
-                last = out[-1] if len(out) else req.origin_input_ids_unpadded[-1]
-                return layout_tree(last, [b.tokens for b in branches], n)
+                return layout_tree(overlap.last_token(req, out), [b.tokens for b in branches], n)
         if st.phase == ANSWER:
             st.note_plain_step(out)
         return None
 
     def _prepare_for_speculative_decoding(self, batch):
         self._widths = None
+        self._pending = None
+        if batch.forward_mode.is_decode():
+            self._pending = overlap.pending_tokens(self.enable_overlap, batch, self.draft_token_num)
+            if self._pending:
+                self.manager.overlap["pending_steps"] += 1
         super()._prepare_for_speculative_decoding(batch)
         if not batch.forward_mode.is_target_verify():
             return
@@ -172,9 +180,14 @@ class SSRWorker(NGRAMWorker):
     def _empty_proposals(self, batch):
         """Every request gets a tree of padding only (zero-padded as SGLang's n-gram corpus pads; the
         caller makes the padding distinct): one verified token per step."""
-        self.prev_token_ids, self.prev_accept_lens = [], [0] * len(batch.reqs)  # read by the corpus update
-        bs = len(batch.reqs)
-        last = [req.output_ids[-1] if len(req.output_ids) else req.origin_input_ids_unpadded[-1] for req in batch.reqs]
+        n, bs = self.draft_token_num, len(batch.reqs)
+        # read by the corpus update, as NGRAM's proposal step leaves them
+        self.prev_token_ids, self.prev_accept_lens = [], [0] * bs
+        if self._pending:
+            rows = [self._pending.get(req.rid, []) for req in batch.reqs]
+            self.prev_token_ids = [t for row in rows for t in row + [0] * (n - len(row))]
+            self.prev_accept_lens = [len(row) for row in rows]
+        last = [overlap.last_token(req, overlap.seen_outputs(req, self._pending)) for req in batch.reqs]
         _, mask, _ = build_chain(0, [], self.draft_token_num)
         req_drafts = np.zeros(bs * self.draft_token_num, dtype=np.int64)
         req_drafts[:: self.draft_token_num] = last
