@@ -69,7 +69,8 @@ def pending_tokens(enable_overlap: bool, batch, num_nodes: int) -> Optional[Dict
     info = batch.spec_info
     tokens, lens = getattr(info, "accept_tokens", None), getattr(info, "accept_lens", None)
     if tokens is None or lens is None:
-        return None
+        # Proposing from output_ids alone would verify a stale root: stop, as NGRAM's own step would.
+        raise RuntimeError("overlap scheduling: the decode batch carries no relayed accept_tokens/accept_lens")
     tokens, lens = tokens.cpu().tolist(), lens.cpu().tolist()
     if len(lens) != len(batch.reqs):
         raise RuntimeError(f"overlap relay holds {len(lens)} rows for a batch of {len(batch.reqs)} requests")

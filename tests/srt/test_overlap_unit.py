@@ -47,9 +47,13 @@ def test_pending_tokens_are_the_relayed_rows_cut_to_their_lengths():
     assert overlap.last_token(fresh, overlap.seen_outputs(fresh, None)) == 4  # no output yet: the prompt's last
 
 
-def test_a_mismatched_relay_is_an_error_not_a_wrong_root():
+def test_a_mismatched_or_missing_relay_is_an_error_not_a_wrong_root():
     with pytest.raises(RuntimeError, match="2 rows for a batch of 1"):
         overlap.pending_tokens(True, _batch([5, 6, 0, 8, 0, 0], [2, 1], ["a"]), 3)
+    missing = _batch([5], [1], ["a"])
+    missing.spec_info = NS(accept_tokens=None, accept_lens=None)
+    with pytest.raises(RuntimeError, match="no relayed"):
+        overlap.pending_tokens(True, missing, 3)
 
 
 def test_step_time_travels_with_its_result_and_never_counts_twice(monkeypatch):
