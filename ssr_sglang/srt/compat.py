@@ -49,6 +49,8 @@ CALLABLES = (
     "sglang.srt.speculative.ngram_worker.reconstruct_indices_from_tree_mask_func",
     "sglang.srt.managers.schedule_batch.Req.refresh_fill_ids",
     "sglang.srt.managers.schedule_batch.Req.finished",
+    # overlap scheduling: whether the previous step's accepted tokens are still pending (ssr_sglang.srt.overlap)
+    "sglang.srt.managers.schedule_batch.ScheduleBatch.grammar_needs_sync",
     # the verify step of every SSR decode step (sampled requests on CPU: ssr_sglang.cpu.eagle_sampling)
     "sglang.srt.speculative.eagle_utils.eagle_sample",
     "sglang.srt.speculative.eagle_utils._verify_uses_greedy",
@@ -70,7 +72,7 @@ REQ_ATTRS = ("rid", "output_ids", "origin_input_ids", "origin_input_ids_unpadded
 SCHEDULER_ATTRS = ("waiting_queue", "running_batch", "last_batch", "chunked_req", "grammar_manager", "tree_cache",
                    "token_to_kv_pool_allocator", "max_total_num_tokens", "max_req_input_len", "server_args")
 # Attributes read off the NGRAM worker SSR subclasses.
-WORKER_ATTRS = ("draft_token_num", "device")
+WORKER_ATTRS = ("draft_token_num", "device", "enable_overlap")
 
 
 class SGLangCompatError(RuntimeError):

@@ -22,8 +22,9 @@ A by-construction argument can be wrong (a future SGLang change, a timer that sl
 and a divergence would mean wrong tokens or a collective that hangs. So this module checks it: each
 rank folds what it decided into a running digest — per client request its draft rids, fork points,
 finished/cancelled flags, skip count and the decision log (``meta_info["ssr"]["decisions"]``,
-reasons included), and per verify step the batch's rids, the proposal trees' token ids and the
-accepted lengths — and after every scheduler step (``SSR_TP_CONSENSUS_EVERY``, default 1; 0 turns
+reasons included), per verify step the batch's rids and the proposal trees' token ids (read on the
+host by the worker before the forward launches, :func:`note_tree`), and per processed batch its rids
+and output lengths (what each row accepted) — and after every scheduler step (``SSR_TP_CONSENSUS_EVERY``, default 1; 0 turns
 the check off) the ranks all-gather their digests over the TP group's CPU (gloo) group. A mismatch
 raises :class:`RankDivergence` on every rank (each sees the same gathered digests), which stops the
 server with the ranks' digests and this rank's latest records in the message, instead of serving
@@ -48,10 +49,9 @@ logger = logging.getLogger(__name__)
 EVERY_ENV = "SSR_TP_CONSENSUS_EVERY"
 SCHED = "sglang.srt.managers.scheduler.Scheduler"
 STEP_TARGET = f"{SCHED}.process_batch_result"
-VERIFY_TARGET = "sglang.srt.speculative.eagle_utils.eagle_sample"
 INFO_TARGET = ("sglang.srt.managers.scheduler_components.internal_state."
                "SchedulerInternalStateController._add_speculative")
-TARGETS = (STEP_TARGET, VERIFY_TARGET, INFO_TARGET)
+TARGETS = (STEP_TARGET, INFO_TARGET)
 
 
 class RankDivergence(RuntimeError):
@@ -133,8 +133,7 @@ _made = False
 def install() -> None:
     from ssr_sglang.srt.hook_once import register_once
 
-    register_once(__name__, [(STEP_TARGET, _after_step, "AFTER"), (VERIFY_TARGET, _after_verify, "AFTER"),
-                             (INFO_TARGET, _after_internal_state, "AFTER")])
+    register_once(__name__, [(STEP_TARGET, _after_step, "AFTER"), (INFO_TARGET, _after_internal_state, "AFTER")])
 
 
 def _torch_gather(group):
@@ -186,10 +185,16 @@ def _signature(st) -> tuple:
 
 
 def _after_step(result, scheduler, batch, *args, **kwargs):
-    """After SSR's bookkeeping of a step (forks, skips, cancels): fold, then compare across ranks."""
+    """After SSR's bookkeeping of a step (forks, skips, cancels): fold, then compare across ranks. The
+    batch's output lengths are host values once its results are processed (in the synchronous and the
+    overlap loop alike), so recording them waits for nothing."""
     con = current()
     if con is None:
         return result
+    if batch is not None:
+        lens = ",".join(str(len(r.output_ids)) for r in batch.reqs)
+        con.record("accepted", "\0".join(r.rid for r in batch.reqs).encode() + b"\0" + lens.encode(),
+                   f"{len(batch.reqs)} requests")
     m = _owner()
     for rid, st in sorted(m.requests.items()):
         if not st.is_draft:
@@ -199,16 +204,16 @@ def _after_step(result, scheduler, batch, *args, **kwargs):
     return result
 
 
-def _after_verify(result, verify_input, batch, *args, **kwargs):
-    """A verify step: the batch's rids, the trees handed to the verifier, what each row accepted."""
+def note_tree(batch) -> None:
+    """A verify step about to launch (called by the worker once its input is final): the batch's rids and
+    the trees handed to the verifier. Read before the forward is launched, so on a GPU it waits only for
+    the copy of the trees just made, never for a forward (the overlap loop keeps its overlap)."""
     con = current()
     if con is None:
-        return result
-    tokens = verify_input.draft_token.detach().to("cpu").numpy().tobytes()
-    accept_lens = result[1].detach().to("cpu").numpy().tobytes()
+        return
+    tokens = batch.spec_info.draft_token.detach().to("cpu").numpy().tobytes()
     rids = "\0".join(r.rid for r in batch.reqs).encode()
-    con.record("verify", rids + b"\0" + tokens + b"\0" + accept_lens, f"{len(batch.reqs)} requests")
-    return result
+    con.record("verify", rids + b"\0" + tokens, f"{len(batch.reqs)} requests")
 
 
 def _after_internal_state(result, controller, state, *args, **kwargs):

@@ -126,6 +126,8 @@ class DraftManager:
         # parents SGLang ended through send_abort_output; states dropped by the per-step reconciliation
         self.lifecycle_counts = {"ended_by_abort_output": 0, "reconciled": 0}
         self.tree_stats: Optional[dict] = None  # tests (SSR_TEST_CHECK_TREES): counted by the worker
+        # the worker's: overlap scheduling on, and the decode steps proposed from pending tokens
+        self.overlap: Optional[dict] = None
         self.clock = StageClock(policy, num_nodes, cuda=str(device).startswith("cuda"))
 
     # -- registry -----------------------------------------------------------------------------
@@ -198,14 +200,15 @@ class DraftManager:
         log("SSR disabled for %s (and any later request failing the same way): %s", rid, reason, exc_info=exc)
 
     # -- entry points of the scheduler hooks (each contains its own failures) -------------------
-    def before_batch(self, batch) -> None:
+    def before_batch(self, batch, result=None) -> None:
         """Stage timers, before the batch's outputs are streamed (a request's final metrics include its
         last step). A failure disables SSR for the batch's requests (the timers are per batch)."""
         try:
             faults.hit("step", [r.rid for r in batch.reqs])
-            self.clock.charge(batch, self.requests)
+            self.clock.charge(batch, self.requests, result)
         except Exception as e:  # noqa: BLE001 - SSR must never fail a batch
-            self.clock.step_started = None
+            if result is not None:
+                result.ssr_step = None
             for req in batch.reqs:
                 self.disable(req.rid, f"step bookkeeping failed: {e!r}", e)
 
@@ -274,6 +277,8 @@ class DraftManager:
         d.update(self.lifecycle_counts)
         if self.tree_stats is not None:
             d.update(self.tree_stats)
+        if self.overlap is not None:
+            d["overlap"] = dict(self.overlap)
         if self.policy is not None:
             d["policy"] = self.policy.summary()
         return d

@@ -82,7 +82,7 @@ def _process_batch_result(original, self, batch, result, *args, **kwargs):
     _check_scheduler(self)
     counted = batch is not None and (batch.forward_mode.is_decode() or batch.forward_mode.is_extend())
     if counted:
-        m.before_batch(batch)  # before the outputs are streamed: final metrics include the last step
+        m.before_batch(batch, result)  # before the outputs are streamed: final metrics include the last step
     out = original(self, batch, result, *args, **kwargs)
     m.after_batch(self, batch, counted)  # contains its own failures
     return out
@@ -153,7 +153,14 @@ def ssr_output_streamer_class():
         def stream_output(self, reqs, return_logprob, skip_req=None):
             m = _manager()
             if m is not None:
-                visible = [r for r in reqs if not m.is_hidden(r.rid)]
+                visible = []
+                for r in reqs:
+                    if not m.is_hidden(r.rid):
+                        visible.append(r)
+                    elif r.finished():
+                        # Its final output counts as sent: under overlap scheduling the finished draft is
+                        # in the next batch too, when SSR no longer holds it, and SGLang skips it then.
+                        r.finished_output = True
                 if len(visible) != len(reqs):
                     if not visible:
                         return None

@@ -53,7 +53,9 @@ def _register_algorithm() -> None:
 
         return SSRWorker
 
-    SpeculativeAlgorithm.register(NAME, supports_overlap=False, spec_class=SSRSpecAlgo)(worker_factory)
+    # Overlap scheduling: results arrive one step late, which the worker's proposals account for
+    # (ssr_sglang.srt.overlap); SSRSpecAlgo.handle_server_args turns it off where SGLang does for NGRAM.
+    SpeculativeAlgorithm.register(NAME, supports_overlap=True, spec_class=SSRSpecAlgo)(worker_factory)
 
 
 def _keep_intel_amx_attention() -> None:

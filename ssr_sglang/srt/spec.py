@@ -16,6 +16,15 @@ logger = logging.getLogger(__name__)
 NAME = "SSR"
 DEFAULT_NUM_DRAFT_TOKENS = 12  # tree nodes per verify step, the same default as NGRAM
 DEFAULT_MAX_RUNNING_REQUESTS = 48
+# Tests only: keep overlap scheduling on a CPU server (SGLang turns it off for speculative decoding on
+# CPU; its overlap loop runs there, synchronously, which is what makes SSR's overlap path testable).
+FORCE_OVERLAP_CPU_ENV = "SSR_TEST_FORCE_OVERLAP_CPU"
+
+
+def force_overlap_cpu() -> bool:
+    import os
+
+    return os.environ.get(FORCE_OVERLAP_CPU_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 class SSRSpecAlgo(CustomSpecAlgo):
@@ -54,7 +63,9 @@ class SSRSpecAlgo(CustomSpecAlgo):
             raise ValueError(f"--speculative-algorithm SSR supports --device cuda, cpu or xpu, not {sa.device!r}")
         refuse_unsupported(sa)
         changed = {}
-        if not sa.disable_overlap_schedule:
+        # Overlap scheduling stays where SGLang keeps it for NGRAM (off on CPU: _handle_ngram), unless a
+        # test forces it on.
+        if sa.device == "cpu" and not sa.disable_overlap_schedule and not force_overlap_cpu():
             sa.disable_overlap_schedule = True
             changed["disable_overlap_schedule"] = True
         if sa.enable_mixed_chunk:
@@ -84,6 +95,8 @@ class SSRSpecAlgo(CustomSpecAlgo):
                 "--speculative-algorithm SSR with --page-size > 1 needs --attention-backend flashinfer "
                 "(token trees on paged attention); use --page-size 1 or flashinfer"
             )
+        if sa.device == "cpu" and not sa.disable_overlap_schedule:
+            logger.warning("SSR: overlap scheduling kept on CPU (%s=1, tests only)", FORCE_OVERLAP_CPU_ENV)
         if changed:
             logger.info("SSR set server defaults: %s", ", ".join(f"{k}={v}" for k, v in changed.items()))
 

@@ -1,8 +1,9 @@
 """``StageClock``: each batch's wall time, charged to its requests' stages and to the drafting policy.
 
-The worker marks when a step's forward began and how many tree nodes it verified
-(:meth:`StageClock.step_ran`); when the batch's results arrive, the draft manager has the time charged
-(:meth:`StageClock.charge`). Stage times only feed ``meta_info["ssr"]`` and, on a single rank, the
+The worker marks, on the step's result, when its forward began and how many tree nodes it verified
+(:meth:`StageClock.step_ran`); when that result is processed, the draft manager has the time charged
+(:meth:`StageClock.charge`). The mark travels with the result because under overlap scheduling the
+next step's forward starts before this one's results are processed. Stage times only feed ``meta_info["ssr"]`` and, on a single rank, the
 cost-aware drafting policy; nothing else decides from them (tensor-parallel ranks time differently).
 """
 
@@ -18,15 +19,16 @@ class StageClock:
     def __init__(self, policy, num_nodes: int, cuda: bool = False):
         self.policy = policy  # a DraftPolicy, or None (tensor parallel): then no step costs are observed
         self._cuda = cuda
-        self.step_started: Optional[float] = None  # perf_counter() when the current step's forward began
-        self.step_width = num_nodes  # tree nodes the current step verified
+        self.step_width = num_nodes  # tree nodes the step being charged verified
         self._last_result: Optional[float] = None  # perf_counter() when the last batch's results arrived
 
-    def step_ran(self, started: float, width: int) -> None:
-        """The worker ran a step's forward from ``started`` (perf_counter), verifying ``width`` nodes."""
-        self.step_started, self.step_width = started, width
+    @staticmethod
+    def step_ran(result, started: float, width: int) -> None:
+        """The worker ran the forward that produced ``result`` from ``started`` (perf_counter), verifying
+        ``width`` nodes; recorded on the result (SGLang's ``GenerationBatchResult``)."""
+        result.ssr_step = (started, width)
 
-    def charge(self, batch, states: Mapping) -> None:
+    def charge(self, batch, states: Mapping, result=None) -> None:
         """When a batch's results arrive: charge its wall time to the requests' stages (``states``: rid ->
         :class:`~ssr_sglang.srt.request_state.RequestSSR`). Once per step; a batch the worker did not
         run is not charged.
@@ -34,17 +36,26 @@ class StageClock:
         Decode steps go to each client request's reasoning or answer (verify) time, flagged when a
         draft of the request was in the same batch; a prefill batch's share per draft it started goes
         to the parent's draft prefill time.
+
+        Under overlap scheduling a step's forward starts while the previous one's results are still
+        pending, so a step is charged from its start or the previous results' arrival, whichever is
+        later: the steps' times tile the wall clock without counting an interval twice (in the
+        synchronous loop the step always starts after the previous results, so that is its start).
         """
-        started = self.step_started
-        if started is None:
+        mark = getattr(result, "ssr_step", None)
+        if mark is None:
             return
-        self.step_started = None
-        if self._cuda:  # result processing waits for the device next anyway
+        result.ssr_step = None  # charged once
+        started, self.step_width = mark
+        done = getattr(result, "copy_done", None)
+        if done is not None:  # overlap: this step's results are ready once its copy is (waited for next anyway)
+            done.synchronize()
+        elif self._cuda:  # result processing waits for the device next anyway
             import torch
 
             torch.cuda.current_stream().synchronize()
         now = time.perf_counter()
-        seconds = now - started
+        seconds = now - (max(started, self._last_result) if self._last_result is not None else started)
         # The policy pays for whole scheduler iterations (result processing, batch building and the
         # forward), i.e. the time since the last batch's results; a gap much longer than the forward
         # was idle time, not the step.

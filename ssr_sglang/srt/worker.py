@@ -33,7 +33,7 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices
 from ssr_sglang.core.policy import DraftPolicy
 from ssr_sglang.core.tree import (build_chain, distinct_siblings, distinct_siblings_batch, duplicate_siblings,
                                   layout_tree, nodes_in_use)
-from ssr_sglang.srt import active, compat, faults, think_ids
+from ssr_sglang.srt import active, compat, consensus, faults, overlap, think_ids
 from ssr_sglang.srt.config import SSRConfigError, default_max_batch, server_config_from_env
 from ssr_sglang.srt.draft_manager import DraftManager
 from ssr_sglang.srt.request_state import ANSWER
@@ -55,6 +55,9 @@ class SSRWorker(NGRAMWorker):
         self.adaptive_width = _adaptive_width(cfg.verify_width, runner)
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._width = self.draft_token_num  # nodes verified in the current step
+        # Overlap scheduling: per request of the batch being prepared, the previous step's accepted tokens
+        # not yet in req.output_ids (None when nothing is pending; see ssr_sglang.srt.overlap)
+        self._pending: Optional[dict] = None
         # The drafting policy decides from this process's own timers. Tensor-parallel ranks time
         # differently, so there requests follow their fixed schedules (token counts only).
         policy = DraftPolicy(max_accept=self.draft_token_num) if server_args.tp_size == 1 else None
@@ -65,6 +68,7 @@ class SSRWorker(NGRAMWorker):
             self.manager.tree_stats = {"tree_checks": 0, "duplicate_siblings_seen": 0, "siblings_renamed": 0}
         if not think.end:
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
+        self.manager.overlap = {"schedule": self.enable_overlap, "pending_steps": 0}  # /server_info
         active.MANAGER = self.manager  # one per scheduler process (each tensor-parallel rank has its own)
 
     # -- one step: timing, and the rows of a narrowed verify -------------------
@@ -78,7 +82,8 @@ class SSRWorker(NGRAMWorker):
             padded = F.pad(rows, (0, self.draft_token_num - self._width)).reshape(-1)
             result.next_token_ids = padded
             result.next_draft_input.accept_tokens = padded
-        self.manager.clock.step_ran(started, self._width)  # charged to the stages when the results arrive
+        # charged to the stages when this result is processed (one step later under overlap scheduling)
+        self.manager.clock.step_ran(result, started, self._width)
         return result
 
     # -- proposals ----------------------------------------------------------
@@ -124,7 +129,7 @@ class SSRWorker(NGRAMWorker):
     def _propose_one(self, req, n: int):
         """The token tree of one request's draft-based proposals, or None (keep the n-gram rows)."""
         st = self.manager.state_for(req)
-        out = req.output_ids
+        out = overlap.seen_outputs(req, self._pending)  # req.output_ids, or it plus the pending tokens
         st.settle(out)
         st.advance(out)
         st.feed_sources(out)  # here only: one chunk per step (the fork pass advances too)
@@ -132,22 +137,27 @@ class SSRWorker(NGRAMWorker):
             faults.hit("propose", req.rid)
             branches = st.propose(out)
             if branches:
-                last = out[-1] if len(out) else req.origin_input_ids_unpadded[-1]
-                return layout_tree(last, [b.tokens for b in branches], n)
+                return layout_tree(overlap.last_token(req, out), [b.tokens for b in branches], n)
         if st.phase == ANSWER:
             st.note_plain_step(out)
         return None
 
     def _prepare_for_speculative_decoding(self, batch):
         self._widths = None
+        self._pending = None
+        if batch.forward_mode.is_decode():
+            self._pending = overlap.pending_tokens(self.enable_overlap, batch, self.draft_token_num)
+            if self._pending:
+                self.manager.overlap["pending_steps"] += 1
         super()._prepare_for_speculative_decoding(batch)
-        if not (self._widths and batch.forward_mode.is_target_verify()):
+        if not batch.forward_mode.is_target_verify():
             return
-        if batch.has_grammar or batch.return_logprob:
-            return  # SGLang derives grammar masks and logprobs at the full width
-        width = max(self._widths)
-        if width < self.draft_token_num:
-            self._narrow(batch, width)
+        # SGLang derives grammar masks and logprobs at the full width
+        if self._widths and not (batch.has_grammar or batch.return_logprob):
+            width = max(self._widths)
+            if width < self.draft_token_num:
+                self._narrow(batch, width)
+        consensus.note_tree(batch)  # TP ranks compare the trees (a no-op with one rank)
 
     def _narrow(self, batch, width: int) -> None:
         """Cut the batch's verify input to the first ``width`` nodes of every tree.
@@ -176,9 +186,14 @@ class SSRWorker(NGRAMWorker):
     def _empty_proposals(self, batch):
         """Every request gets a tree of padding only (zero-padded as SGLang's n-gram corpus pads; the
         caller makes the padding distinct): one verified token per step."""
-        self.prev_token_ids, self.prev_accept_lens = [], [0] * len(batch.reqs)  # read by the corpus update
-        bs = len(batch.reqs)
-        last = [req.output_ids[-1] if len(req.output_ids) else req.origin_input_ids_unpadded[-1] for req in batch.reqs]
+        n, bs = self.draft_token_num, len(batch.reqs)
+        # read by the corpus update, as NGRAM's proposal step leaves them
+        self.prev_token_ids, self.prev_accept_lens = [], [0] * bs
+        if self._pending:
+            rows = [self._pending.get(req.rid, []) for req in batch.reqs]
+            self.prev_token_ids = [t for row in rows for t in row + [0] * (n - len(row))]
+            self.prev_accept_lens = [len(row) for row in rows]
+        last = [overlap.last_token(req, overlap.seen_outputs(req, self._pending)) for req in batch.reqs]
         _, mask, _ = build_chain(0, [], self.draft_token_num)
         req_drafts = np.zeros(bs * self.draft_token_num, dtype=np.int64)
         req_drafts[:: self.draft_token_num] = last
