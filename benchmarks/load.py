@@ -125,10 +125,26 @@ def level_stats(level: dict) -> dict:
         "mean_spec_accept_length": bu.mean(r.get("spec_accept_length") for r in rows),
         "drafts_started": tot.get("drafts_started"),
         "drafts_skipped": tot.get("drafts_skipped"),
+        "fork_reasons": fork_reasons(rows),
         "answer_accept_length": tot.get("answer_accept_length"),
         "verified_nodes_per_step": (tot["verify_nodes"] / tot["verify_steps"] if tot.get("verify_steps") else None),
         "output_ids": [r["output_ids"] for r in rows],
     }
+
+
+def fork_reasons(rows: list) -> Optional[dict]:
+    """How many drafts the SSR policy forked for each reason (the reason's text up to its first colon),
+    over the level's requests; None for a server that does not report ``meta_info["ssr"]``."""
+    metas = [r["ssr"] for r in rows if r.get("ssr")]
+    if not metas:
+        return None
+    counts: dict = {}
+    for m in metas:
+        for d in m.get("decisions") or ():
+            if d.get("fork"):
+                key = d["reason"].split(":")[0]
+                counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def overhead(url, prompts, args, with_off: bool) -> dict:

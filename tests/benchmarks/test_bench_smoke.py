@@ -105,6 +105,9 @@ def test_load_smoke(tmp_path, urls):
         assert set(res["sweep"][name]) == {"1", "2"}
         assert res["sweep"][name]["2"]["output_tokens_per_s"] > 0
     assert res["sweep"]["ssr"]["1"]["identical_to_plain"] == 2
+    reasons = res["sweep"]["ssr"]["1"]["fork_reasons"]  # the fixture's fixed schedule forks every draft
+    assert reasons and set(reasons) == {"fixed schedule"}, reasons
+    assert res["sweep"]["plain"]["1"]["fork_reasons"] is None
     assert res["overhead"]["ssr"]["on"]["draft_tokens"] > 0
     assert res["overhead"]["ssr"]["off"]["reasoning_tokens_per_s"] > 0
     assert "drafting_cost_pct" in res["overhead"]
