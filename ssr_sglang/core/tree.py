@@ -219,9 +219,14 @@ def parents_from_mask(mask, n: int) -> np.ndarray:
     Any parent-before-child order works: a node's ancestors form a chain whose deepest member has the
     largest index.  Example: ``n = 3``, rows ``[1,0,0] [1,1,0] [1,1,1]`` (a chain) -> ``[-1, 0, 1]``.
     """
-    rows = np.asarray(mask, dtype=bool).reshape(n, n) & _strictly_lower(n)
-    last = n - 1 - np.argmax(rows[:, ::-1], axis=1)
-    return np.where(rows.any(axis=1), last, -1).astype(np.int64)
+    return _parents(mask, n)[0]
+
+
+def _parents(mask, n: int) -> np.ndarray:
+    """:func:`parents_from_mask` of every tree in ``mask`` (``B * n * n`` values): a ``(B, n)`` array."""
+    rows = np.asarray(mask, dtype=bool).reshape(-1, n, n) & _strictly_lower(n)
+    last = n - 1 - np.argmax(rows[:, :, ::-1], axis=2)
+    return np.where(rows.any(axis=2), last, -1).astype(np.int64)
 
 
 def _sibling_groups(tokens, parents) -> dict:
@@ -279,8 +284,7 @@ def distinct_siblings_batch(tokens: np.ndarray, mask, n: int) -> int:
     b = tokens.shape[0]
     if b == 0 or n < 3:
         return 0  # at most one child: nothing can repeat
-    rows = np.asarray(mask, dtype=bool).reshape(b, n, n) & _strictly_lower(n)
-    parents = np.where(rows.any(axis=2), n - 1 - np.argmax(rows[:, :, ::-1], axis=2), -1)
+    parents = _parents(mask, n)
     parents[:, 0] = n  # the root has no siblings: a group of its own
     earlier = (parents[:, :, None] == parents[:, None, :]) & _strictly_lower(n)  # [b, i, j]: sibling j before i
     repeat = (earlier & (tokens[:, :, None] == tokens[:, None, :])).any(axis=2)
