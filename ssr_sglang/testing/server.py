@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,10 +18,30 @@ import requests
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that is free now and lies below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` is ephemeral, so the kernel can hand it out again before the
+    server binds it (about 20 s later), for example to a TP rank's gloo socket; uvicorn then exits with 3.
+    Ports below the ephemeral range are never handed out that way."""
+    low = max(_ephemeral_low(), 12000)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10000, low - 1000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def cpu_server_args(model_path: str, *extra: str, max_total_tokens: int = 16384) -> list:
