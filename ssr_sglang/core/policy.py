@@ -10,9 +10,11 @@ Expected saving of a draft forked after ``r`` reasoning tokens::
 
 * ``A``: expected answer length (mean over finished requests);
 * ``t_step``: seconds of one answer-phase decode (verify) step at this batch size, without a draft;
-* ``a_plain``: answer tokens per verify step without drafts, measured on *control requests*: the first
-  request after the learning ones, then one in ``CONTROL_EVERY``, is served without drafts
-  (:meth:`DraftPolicy.start_request`). The draft-free steps of drafting requests are a biased sample
+* ``a_plain``: answer tokens per verify step without drafts, measured on the last ``CONTROL_WINDOW``
+  *control requests*: the first request after the learning ones, then one in ``CONTROL_EVERY``, is served
+  without drafts (:meth:`DraftPolicy.start_request`); one in ``CONTROL_SOON`` while first-draft decisions
+  hinge on ``a_plain`` (they would flip were it ``A_PLAIN_DOUBT`` higher or lower: the server's n-gram
+  corpus grows with its traffic, and so does ``a_plain``). The draft-free steps of drafting requests are a biased sample
   (the text the drafts could not serve), and scoring the n-gram proposal a draft step replaced is no
   substitute either (SGLang's n-gram corpus holds the drafts' own text); they stand in only until the
   first control request has answered;
@@ -67,7 +69,7 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["Decision", "DraftPolicy", "RequestView", "MIN_HISTORY", "CONTROL_EVERY", "bucket"]
+__all__ = ["Decision", "DraftPolicy", "RequestView", "MIN_HISTORY", "CONTROL_EVERY", "CONTROL_SOON", "bucket"]
 
 MIN_HISTORY = 4  # finished reasoning requests before the policy decides from its own history
 HISTORY = 256  # recent requests the reasoning-length statistics cover
@@ -76,6 +78,9 @@ MIN_COST_SAMPLES = 3  # draft-carrying steps at a batch size before its cost cou
 STALE_STEPS = 1024  # draft-free reasoning steps after which a draft cost counts as unmeasured again
 EXPLORE_GAP = 64  # decode steps after an exploring draft is granted before another may explore the same batch size
 CONTROL_EVERY = 32  # after the first control request, one client request in this many is served without drafts
+CONTROL_SOON = 8  # ... or one in this many while first-draft decisions hinge on a_plain
+CONTROL_WINDOW = 4  # a_plain comes from this many most recent control requests
+A_PLAIN_DOUBT = 0.25  # a decision hinges on a_plain if it flips with a_plain this much higher or lower
 PRIOR_TOKENS = 1.0  # pseudo answer tokens behind the optimistic prior of an unmeasured fork distance
 BUCKETS = 64
 _CENTRES = np.arange(1, BUCKETS) - 1 + np.log2(1.5)  # log2 of the middle of buckets 1.. (2**(b-1) to 2**b - 1)
@@ -133,6 +138,14 @@ class _Window:
         self.n += 1
         self._median = None
 
+    def replace_last(self, k: int, x: float) -> None:
+        """The last ``k`` samples (or as many as are kept) become ``x``."""
+        for _ in range(min(k, len(self.samples))):
+            self.samples.pop()
+        for _ in range(k):
+            self.samples.append(x)
+        self._median = None
+
     @property
     def value(self) -> float:
         if self._median is None:
@@ -165,6 +178,7 @@ class DraftPolicy:
         self._since_extra: Dict[int, int] = collections.defaultdict(int)
         self._answer_step: Dict[int, _Window] = collections.defaultdict(_Window)
         self._prefill = _Window()
+        self._pending_prefill: Optional[Tuple[float, int]] = None  # (share, drafts) until the next step
         self._steps = 0  # decode steps observed
         self._explored: Dict[int, int] = {}  # batch bucket -> step of the last exploring draft granted
         # Recent reasoning lengths and whether an answer followed (False: the request ended inside
@@ -174,23 +188,45 @@ class DraftPolicy:
         self._sorted_answered = np.zeros(0, dtype=bool)  # ... and their flags, in the same order
         self._answers: Deque[int] = collections.deque(maxlen=HISTORY)
         self._plain = [0, 0]  # answer tokens, steps: verify steps without a draft proposal
-        self._control = [0, 0]  # the same, in control requests (served without drafts) only
+        self._control: Deque[Tuple[int, int]] = collections.deque(maxlen=CONTROL_WINDOW)  # per control request
+        self._control_steps = 0  # answer steps of all control requests so far
         self._started = 0  # client requests that reached a decision point (start_request)
+        self._since_control: Optional[int] = None  # requests started since the last control request
+        self._hinges = False  # the last first-draft decision would flip with a_plain A_PLAIN_DOUBT off
         self._ssr = [0, 0]  # the same with a draft proposal
         self._self = {True: [0, 0], False: [0, 0]}  # seeded -> draft tokens, draft steps
         self._replay: Dict[int, List[float]] = collections.defaultdict(lambda: [0.0, 0.0])  # tokens, steps
         self._inv_accept = np.full(BUCKETS, 1.0 / self.max_accept)  # bucket of fork distance -> 1 / a(d)
 
     # -- measurements ---------------------------------------------------
-    def observe_step(self, batch_size: int, drafts: int, seconds: float, reasoning: bool) -> None:
+    def observe_step(self, batch_size: int, drafts: int, seconds: float, reasoning: bool,
+                     after_prefill: bool = False) -> None:
         """A decode step of ``batch_size`` client requests and ``drafts`` drafts took ``seconds``;
         ``reasoning``: every client request of the batch was reasoning. A draft's cost is measured
         on reasoning steps only (like against like: answer steps build proposals and verify fuller
-        trees)."""
+        trees).
+
+        ``after_prefill``: the step directly follows a prefill pass. Such a step also finishes the prefill's work (its outputs, the new requests' first decode
+        setup), so it is no sample of a step; its excess over the expected step is added to the
+        prefill of the drafts that pass started (:meth:`observe_prefill`), if it started any.
+
+        >>> p = DraftPolicy()
+        >>> for _ in range(8):
+        ...     p.observe_step(1, 0, 0.010, True)
+        ...     p.observe_step(1, 1, 0.012, True)
+        >>> p.observe_step(1, 0, 0.030, True, after_prefill=True)  # a client's first step: no sample
+        >>> p.observe_prefill(0.005, drafts=1)
+        >>> p.observe_step(1, 1, 0.015, True, after_prefill=True)  # 3 ms over 12: the draft's prefill
+        >>> round(p.summary()["reasoning_step_s"][1], 6), round(p.summary()["prefill_s"], 6)
+        (0.01, 0.008)
+        """
         if batch_size < 1 or seconds <= 0:
             return
         self._steps += 1
         b = bucket(batch_size)
+        if after_prefill:
+            self._settle_prefill(b, drafts, seconds)
+            return
         if not reasoning:
             if drafts == 0:
                 self._answer_step[b].add(seconds)
@@ -201,21 +237,47 @@ class DraftPolicy:
             self._since_extra[b] = 0
             self._extra[b].add((seconds - self._step[b].value) / drafts)  # may be < 0: noise, kept unclipped
 
-    def observe_prefill(self, seconds: float) -> None:
-        self._prefill.add(seconds)
+    def observe_prefill(self, seconds: float, drafts: int = 1) -> None:
+        """A prefill pass started ``drafts`` drafts; ``seconds`` is each one's share of it. The next
+        decode step's excess over a plain step is added to these samples (:meth:`observe_step`)."""
+        for _ in range(drafts):
+            self._prefill.add(seconds)
+        self._pending_prefill = (seconds, drafts) if drafts > 0 else None
+
+    def _settle_prefill(self, b: int, drafts: int, seconds: float) -> None:
+        pending, self._pending_prefill = self._pending_prefill, None
+        step = self._step.get(b)
+        if pending is None or step is None or not step.n:
+            return
+        share, started = pending
+        extra = self._extra.get(b)
+        expected = step.value + drafts * max(0.0, extra.value if extra is not None and extra.n else 0.0)
+        excess = max(0.0, seconds - expected) / started
+        self._prefill.replace_last(started, share + excess)
 
     def start_request(self) -> bool:
         """A client request reached its first decision point. True: it is a control request, to be served
         without drafts (its answer measures ``a_plain``): the first after the ``MIN_HISTORY`` learning
-        requests, then one in ``CONTROL_EVERY``.
+        requests, then one in ``CONTROL_EVERY``, or one in ``CONTROL_SOON`` while the last first-draft
+        decision hinged on ``a_plain``.
 
         >>> p = DraftPolicy()
         >>> [i for i in range(80) if p.start_request()] == [MIN_HISTORY, MIN_HISTORY + 32, MIN_HISTORY + 64]
         True
+        >>> p._hinges = True
+        >>> [i for i in range(80, 100) if p.start_request()]
+        [80, 88, 96]
         """
-        i = self._started
         self._started += 1
-        return i >= MIN_HISTORY and (i - MIN_HISTORY) % CONTROL_EVERY == 0
+        if self._started <= MIN_HISTORY:
+            return False
+        if self._since_control is not None:
+            self._since_control += 1
+            due = CONTROL_SOON if self._hinges else CONTROL_EVERY
+            if self._since_control < due:
+                return False
+        self._since_control = 0
+        return True
 
     def observe_request(self, reasoning_tokens: int, answer_tokens: int, plain: Tuple[int, int],
                         ssr: Tuple[int, int], replays: List[Tuple[int, int, int]], control: bool = False) -> None:
@@ -235,9 +297,12 @@ class DraftPolicy:
         if answer_tokens <= 0:
             return
         self._answers.append(answer_tokens)
-        for acc, x in ((self._plain, plain), (self._ssr, ssr)) + (((self._control, plain),) if control else ()):
+        for acc, x in ((self._plain, plain), (self._ssr, ssr)):
             acc[0] += x[0]
             acc[1] += x[1]
+        if control and plain[1] > 0:
+            self._control.append(plain)
+            self._control_steps += plain[1]
         for at, tokens, steps in replays:
             if tokens <= 0 or steps <= 0:
                 continue
@@ -269,8 +334,11 @@ class DraftPolicy:
         return max(1, min(cap, int(1.25 * longest) + 8))
 
     def a_plain(self) -> float:
-        """Answer tokens per verify step without drafts: from control requests once one has answered."""
-        return self._rate(self._control, 0.0) or self._rate(self._plain, 1.0)
+        """Answer tokens per verify step without drafts: from the last ``CONTROL_WINDOW`` control requests
+        once one has answered."""
+        if self._control:
+            return sum(t for t, _ in self._control) / sum(n for _, n in self._control)
+        return self._rate(self._plain, 1.0)
 
     @staticmethod
     def _rate(acc, default: float) -> float:
@@ -306,7 +374,7 @@ class DraftPolicy:
         return {
             "history": self.history,
             "answer_tokens": r6(self.answer_length()),
-            "a_plain": r6(self.a_plain()), "a_plain_control_steps": self._control[1],
+            "a_plain": r6(self.a_plain()), "a_plain_control_steps": self._control_steps,
             "a_draft": r6(self._rate(self._ssr, 0.0)),
             "a_self": {"seeded": r6(self._rate(self._self[True], 0.0)),
                        "unseeded": r6(self._rate(self._self[False], 0.0))},
@@ -380,22 +448,33 @@ class DraftPolicy:
 
     def _first(self, v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs) -> Decision:
         """The first draft is also worth what it enables: a seeded draft forked when it is done,
-        which writes faster and closer to the answer. Worth it if the pair pays, or the draft alone."""
+        which writes faster and closer to the answer. Worth it if the pair pays, or the draft alone.
+        Notes whether the decision hinges on ``a_plain`` (:meth:`start_request` then measures it soon)."""
         r, tps = v.reasoning_tokens, v.reasoning_tokens_per_step
         a_unseeded = self._rate(self._self[False], a_plain)
         a_seeded = self._rate(self._self[True], a_draft)
         r1 = r + int(draft_len / max(a_unseeded, 1e-6) * tps)  # when this draft will be done
         i = int(np.searchsorted(self._sorted_len, r, side="right"))
         longer = self._sorted_len[i:]
-        succ = np.zeros(len(longer))
         later = longer > r1
-        if later.any():
-            j = int(np.searchsorted(self._sorted_len, r1, side="right")) - i
-            succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_plain, r1, 0)
-        pair = scale * float(np.maximum(new, succ).mean())
+        j = int(np.searchsorted(self._sorted_len, r1, side="right")) - i
+
+        def with_successor(single: np.ndarray, a_pl: float) -> float:
+            succ = np.zeros(len(longer))
+            if later.any():
+                succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_pl, r1, 0)
+            return scale * float(np.maximum(single, succ).mean())
+
+        pair = with_successor(new, a_plain)
         pair_cost = cost + float(later.mean()) * inputs["sharers"] * (
             self._prefill.value + draft_len / max(a_seeded, 1e-6) * per_step)
         inputs.update(with_successor_saving_s=pair, with_successor_cost_s=pair_cost)
+        fork = saving > cost or pair > pair_cost
+        self._hinges = False
+        for a_pl in (a_plain * (1 - A_PLAIN_DOUBT), a_plain * (1 + A_PLAIN_DOUBT)):
+            single = self._values(r, tps, draft_len, inputs["a_self"], a_pl, r, 0)
+            if (scale * float(single.mean()) > cost or with_successor(single, a_pl) > pair_cost) != fork:
+                self._hinges = True
         if saving > cost:
             return Decision(True, "saving > cost", inputs)
         if pair > pair_cost:

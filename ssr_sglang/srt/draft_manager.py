@@ -50,6 +50,9 @@ PROMPT_TAIL = 64  # prompt tokens examined for an open think block
 # A draft that lost alignment keeps decoding while what it proposes is still accepted: at most this many
 # answer tokens since the last one it supplied (its length cap bounds it in any case).
 DIVERGED_HORIZON = 64
+# A request the policy declined to fork for is weighed again after this many more reasoning tokens, not every
+# step (a decision costs tens of microseconds per request; its inputs move little in a few tokens).
+REDECIDE_TOKENS = 8
 
 
 def unsupported_request(req) -> str:
@@ -362,8 +365,11 @@ class DraftManager:
                     "reason": "control request: served without drafts, its answer measures a_plain"}
         if self.policy is None:  # tensor parallel: timers differ per rank, decisions must not
             decision = Decision(None, "tensor parallel: fixed schedule on every rank")
+        elif st.declined is not None and st.reasoning_len - st.declined[0] < REDECIDE_TOKENS:
+            return {"at": st.reasoning_len, "fork": False, "reason": st.declined[1]}
         else:
             decision = self.policy.decide(self._view(scheduler, st))
+            st.declined = (st.reasoning_len, decision.reason) if decision.fork is False else None
         fork = (due and not live) if decision.fork is None else decision.fork
         if decision.fork is None:
             decision.reason += "; fixed schedule: " + ("checkpoint passed" if due else "no checkpoint passed")

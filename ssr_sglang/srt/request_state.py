@@ -86,6 +86,7 @@ class RequestSSR:
         self._final: Optional[dict] = None
         self.decisions: List[dict] = []  # fork decisions of the drafting policy (see note_decision)
         self.control: Optional[bool] = None  # served without drafts to measure a_plain (set at its first decision)
+        self.declined: Optional[tuple] = None  # (reasoning tokens, reason) of the policy's last no-fork decision
         # Context sources (cfg.context): [source id, tokens, next index to feed, end index]; _prompt is None
         # when there is nothing (more) to index
         self._prompt = prompt if cfg.context and cfg.enabled and not is_draft else None

@@ -21,6 +21,9 @@ class StageClock:
         self._cuda = cuda
         self.step_width = num_nodes  # tree nodes the step being charged verified
         self._last_result: Optional[float] = None  # perf_counter() when the last batch's results arrived
+        # The last batch charged was a prefill: the next decode step finishes its work (first outputs, the new
+        # requests' first decode setup) and is no sample of a plain step (DraftPolicy.observe_step).
+        self._after_prefill = False
 
     @staticmethod
     def step_ran(result, started: float, width: int) -> None:
@@ -71,9 +74,10 @@ class StageClock:
     def _decode(self, batch_states, seconds: float, loop: Optional[float]) -> None:
         with_draft = {st.parent_rid for st in batch_states if st is not None and st.is_draft}
         drafts = sum(1 for st in batch_states if st is not None and st.is_draft)
+        after_prefill, self._after_prefill = self._after_prefill, False
         if self.policy is not None and loop is not None:
             reasoning = all(st is not None and (st.is_draft or st.phase == REASONING) for st in batch_states)
-            self.policy.observe_step(len(batch_states) - drafts, drafts, loop, reasoning)
+            self.policy.observe_step(len(batch_states) - drafts, drafts, loop, reasoning, after_prefill)
         for st in batch_states:
             if st is not None and not st.is_draft:
                 st.note_step_time(seconds, st.rid in with_draft)
@@ -81,10 +85,13 @@ class StageClock:
                 st.counters.verify_nodes += self.step_width
 
     def _prefill(self, batch_states, states: Mapping, seconds: float, loop: Optional[float]) -> None:
+        self._after_prefill = True
         share = seconds / max(1, len(batch_states))
+        drafts = 0
         for st in batch_states:
             parent = states.get(st.parent_rid) if st is not None and st.is_draft else None
             if parent is not None:
                 parent.counters.draft_prefill_time_s += share
-                if self.policy is not None and loop is not None:
-                    self.policy.observe_prefill(loop / max(1, len(batch_states)))
+                drafts += 1
+        if self.policy is not None and loop is not None and drafts:
+            self.policy.observe_prefill(loop / max(1, len(batch_states)), drafts)

@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from ssr_sglang.core.policy import MIN_HISTORY, DraftPolicy, RequestView, bucket
+from ssr_sglang.core.policy import CONTROL_EVERY, CONTROL_SOON, MIN_HISTORY, DraftPolicy, RequestView, bucket
 
 STEP = 0.008
 ANSWER = 90
@@ -253,3 +253,43 @@ def test_a_plain_comes_from_control_requests_once_one_answered():
     fair = policy.decide(view)
     assert fair.inputs["a_plain"] == pytest.approx(3.0) and fair.inputs["saving_s"] < biased.inputs["saving_s"]
     assert policy.summary()["a_plain_control_steps"] == 30
+
+
+def _past_learning(extra: float) -> DraftPolicy:
+    """A policy past its learning requests whose draft costs ``extra`` more per reasoning step."""
+    policy = DraftPolicy(max_accept=12)
+    for _ in range(40):
+        policy.observe_step(1, 0, STEP, True)
+        policy.observe_step(1, 1, STEP + extra, True)
+    policy.observe_prefill(0.005)
+    for R in range(60, 110, 10):
+        policy.observe_request(R, ANSWER, (ANSWER, 30), (ANSWER, 12), [(R - 10, ANSWER, 13)])
+    return policy
+
+
+def test_a_plain_follows_the_recent_control_requests():
+    """The server's n-gram corpus grows with its traffic, and with it the draft-free answer rate: old
+    control requests drop out of a_plain."""
+    policy = _past_learning(0.001)
+    for steps in (45, 45, 30, 30, 30, 30):  # 2, 2, then 3 tokens per step
+        policy.observe_request(80, ANSWER, (ANSWER, steps), (0, 0), [], control=True)
+    assert policy.a_plain() == pytest.approx(3.0)
+    assert policy.summary()["a_plain_control_steps"] == 210
+
+
+def test_controls_come_sooner_while_the_first_draft_decision_hinges_on_a_plain():
+    view = RequestView(50, 1.5, 1, False, 512, False)
+
+    def controls_after_a_decision(extra):
+        policy = _past_learning(extra)
+        [policy.start_request() for _ in range(MIN_HISTORY + 1)]  # the first control request
+        policy.observe_request(80, ANSWER, (ANSWER, 30), (0, 0), [], control=True)
+        d = policy.decide(view)
+        return d, sum(policy.start_request() for _ in range(CONTROL_EVERY - 1))
+
+    d, _ = controls_after_a_decision(0.0)
+    per_step = (d.inputs["saving_s"] - d.inputs["prefill_s"]) / (ANSWER / d.inputs["a_self"])
+    near, soon = controls_after_a_decision(per_step * 1.05)  # cost just above the saving: hinges on a_plain
+    far, later = controls_after_a_decision(per_step * 20)  # far above: a_plain cannot change it
+    assert near.fork is False and far.fork is False
+    assert soon == (CONTROL_EVERY - 1) // CONTROL_SOON and later == 0

@@ -101,3 +101,37 @@ def test_failing_fork_disables_the_request_it_belongs_to(monkeypatch):
 def test_multimodal_requests_get_no_drafts():
     assert "multimodal" in unsupported_request(NS(multimodal_inputs=object()))
     assert unsupported_request(NS(multimodal_inputs=None, sampling_params=NS())) == ""  # neutral sampling
+
+
+def test_a_declined_request_is_weighed_again_only_every_few_tokens():
+    """The policy's no is kept for REDECIDE_TOKENS reasoning tokens (a decision costs tens of microseconds
+    per request and step), then the policy is asked afresh."""
+    from ssr_sglang.core.policy import Decision
+    from ssr_sglang.srt.draft_manager import REDECIDE_TOKENS
+
+    asked = []
+
+    class Policy:
+        answer = False
+
+        def start_request(self):
+            return False
+
+        def decide(self, view):
+            asked.append(view.reasoning_tokens)
+            return Decision(self.answer, "cost >= saving" if not self.answer else "saving > cost")
+
+    m = DraftManager(ServerConfig(), IDS, num_nodes=4, vocab_size=100, max_draft_batch=4, policy=Policy())
+    st = m.requests["a"] = RequestSSR("a", RequestConfig(policy="auto"), IDS, [1], 4)
+    st.schedule = NS(due=lambda n, k: False)
+    sched = scheduler(running="a")
+    sched.running_batch.reqs[0].finished = lambda: False
+    decisions = []
+    for r in range(0, 2 * REDECIDE_TOKENS + 1):
+        st.counters.reasoning_tokens = r
+        decisions.append(m._decide(sched, st))
+    assert asked == [0, REDECIDE_TOKENS, 2 * REDECIDE_TOKENS]
+    assert all(d["fork"] is False and d["reason"] == "cost >= saving" for d in decisions)
+    m.policy.answer = True
+    st.counters.reasoning_tokens += REDECIDE_TOKENS
+    assert m._decide(sched, st)["fork"] is True and asked[-1] == st.reasoning_len

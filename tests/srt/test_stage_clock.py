@@ -1,0 +1,50 @@
+"""``StageClock`` tells the drafting policy which decode step follows a prefill pass (stand-ins for SGLang's
+batches and results): that step also finishes the prefill's work, so it is no sample of a plain step."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+from ssr_sglang.srt import stage_clock
+from ssr_sglang.srt.request_state import REASONING
+from ssr_sglang.srt.stage_clock import StageClock
+
+
+class _Policy:
+    def __init__(self):
+        self.calls = []
+
+    def observe_step(self, batch_size, drafts, seconds, reasoning, after_prefill=False):
+        self.calls.append(("step", batch_size, drafts, after_prefill))
+
+    def observe_prefill(self, seconds, drafts=1):
+        self.calls.append(("prefill", drafts))
+
+
+def test_the_step_after_a_prefill_is_flagged_and_a_drafts_prefill_is_observed_once(monkeypatch):
+    policy = _Policy()
+    clock = StageClock(policy, num_nodes=8)
+    now = [0.0]
+    monkeypatch.setattr(stage_clock.time, "perf_counter", lambda: now[0])
+    counters = lambda: NS(verify_steps=0, verify_nodes=0, draft_prefill_time_s=0.0)  # noqa: E731
+    parent = NS(is_draft=False, rid="a", phase=REASONING, counters=counters(), note_step_time=lambda s, d: None)
+    draft = NS(is_draft=True, rid="a#ssr-0000", parent_rid="a", phase=REASONING, counters=counters())
+    states = {"a": parent, "a#ssr-0000": draft}
+    decode = lambda *rids: NS(reqs=[NS(rid=r) for r in rids], forward_mode=NS(is_decode=lambda: True))  # noqa: E731
+    prefill = lambda *rids: NS(reqs=[NS(rid=r) for r in rids], forward_mode=NS(is_decode=lambda: False))  # noqa: E731
+
+    def step(batch, t):
+        result = NS(copy_done=None)
+        clock.step_ran(result, now[0], 8)
+        now[0] += t
+        clock.charge(batch, states, result)
+
+    step(prefill("a"), 0.02)  # the client's own prefill: no draft, nothing observed
+    step(decode("a"), 0.01)  # its first decode step
+    step(decode("a"), 0.01)
+    step(prefill("a#ssr-0000"), 0.005)  # a draft's prefill
+    step(decode("a", "a#ssr-0000"), 0.012)
+    step(decode("a", "a#ssr-0000"), 0.012)
+    assert policy.calls == [("step", 1, 0, True), ("step", 1, 0, False), ("prefill", 1),
+                            ("step", 1, 1, True), ("step", 1, 1, False)]
+    assert abs(parent.counters.draft_prefill_time_s - 0.005) < 1e-9
