@@ -11,13 +11,14 @@ Expected saving of a draft forked after ``r`` reasoning tokens::
 * ``A``: expected answer length (mean over finished requests);
 * ``t_step``: seconds of one answer-phase decode (verify) step at this batch size, without a draft;
 * ``a_plain``: answer tokens per verify step without drafts, measured on the last ``CONTROL_WINDOW``
-  *control requests*: the first request after the learning ones, then one in ``CONTROL_EVERY``, is served
-  without drafts (:meth:`DraftPolicy.start_request`); one in ``CONTROL_SOON`` while first-draft decisions
-  hinge on ``a_plain`` (they would flip were it ``A_PLAIN_DOUBT`` higher or lower: the server's n-gram
-  corpus grows with its traffic, and so does ``a_plain``). The draft-free steps of drafting requests are a biased sample
-  (the text the drafts could not serve), and scoring the n-gram proposal a draft step replaced is no
-  substitute either (SGLang's n-gram corpus holds the drafts' own text); they stand in only until the
-  first control request has answered;
+  *control requests*, each weighing half as much as the next newer one: the first request after the
+  learning ones, then one in ``CONTROL_EVERY``, is served without drafts
+  (:meth:`DraftPolicy.start_request`); one in ``CONTROL_SOON`` while first-draft decisions hinge on
+  ``a_plain`` (they would flip were it ``A_PLAIN_DOUBT`` higher or lower: the server's n-gram corpus
+  grows with its traffic, and so does ``a_plain``). The draft-free steps of drafting requests are a
+  biased sample (the text the drafts could not serve), and scoring the n-gram proposal a draft step
+  replaced is no substitute either (SGLang's n-gram corpus holds the drafts' own text); they stand in
+  only until the first control request has answered;
 * ``a(d)``: answer tokens per verify step that a draft forked ``d`` reasoning tokens before the
   answer would give on its own: learned per log2 bucket of ``d`` by replaying each finished
   request's answer against each of its drafts (:func:`~ssr_sglang.core.simulator.simulate`, over
@@ -335,9 +336,18 @@ class DraftPolicy:
 
     def a_plain(self) -> float:
         """Answer tokens per verify step without drafts: from the last ``CONTROL_WINDOW`` control requests
-        once one has answered."""
-        if self._control:
-            return sum(t for t, _ in self._control) / sum(n for _, n in self._control)
+        once one has answered, the newer ones weighing more.
+
+        >>> p = DraftPolicy()
+        >>> p.observe_request(80, 90, (90, 45), (0, 0), [], control=True)  # 2 tokens per step
+        >>> p.observe_request(80, 90, (90, 30), (0, 0), [], control=True)  # then 3
+        >>> round(p.a_plain(), 3)  # (0.5 * 90 + 90) / (0.5 * 45 + 30)
+        2.571
+        """
+        if self._control:  # each older control request weighs half as much as the next newer one
+            w = 0.5 ** np.arange(len(self._control) - 1, -1, -1)
+            tokens, steps = np.asarray(self._control, dtype=np.float64).T
+            return float(w @ tokens / (w @ steps))
         return self._rate(self._plain, 1.0)
 
     @staticmethod
