@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import start_server
+from conftest import check_client_draft, start_server
 
 CHECKPOINTS = [16, 48, 96]
 SSR_ENV = {"SSR_CHECKPOINTS": ",".join(map(str, CHECKPOINTS)), "SSR_MAX_DRAFT_TOKENS": "48", "SSR_MAX_BATCH": "32",
@@ -60,20 +60,9 @@ def test_greedy_identical_to_plain_8_concurrent(overlap_server, chat_prompts, pl
 
 
 def test_a_draft_is_accepted_from_the_right_root(overlap_server, chat_prompts, tokenizer):
-    """A client draft equal to the output: nearly every step accepts the whole tree depth, which needs the
-    tree root to be the token the previous (not yet processed) step ended with."""
-    closed = chat_prompts[1] + tokenizer("\n</think>\n\n", add_special_tokens=False).input_ids
-    first = overlap_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True})
-    again = overlap_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True},
-                                    custom_params={"ssr_draft": first["output_ids"]})
-    assert again["output_ids"] == first["output_ids"]
-    ssr = again["meta_info"]["ssr"]
-    assert ssr["phase"] == "answer" and ssr["answer_accept_length"] >= 7, ssr
-    assert ssr["accepted_prefix"] >= 80, ssr
-    wrong = [(t + 1) % 500 for t in first["output_ids"]]
-    bad = overlap_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True},
-                                  custom_params={"ssr_draft": wrong})
-    assert bad["output_ids"] == first["output_ids"]
+    """Under overlap, long acceptance needs the tree root to be the token the previous (not yet processed)
+    step ended with."""
+    check_client_draft(overlap_server, chat_prompts[1], tokenizer)
 
 
 def test_forked_drafts_are_accounted_once(overlap_server, chat_prompts):

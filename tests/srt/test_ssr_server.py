@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from conftest import start_server
+from conftest import check_client_draft, start_server
 
 CHECKPOINTS = [16, 48, 96]
 # SSR_MAX_BATCH=32 (CPU default 4): drafts must also run, and stay exact, among 8 concurrent requests
@@ -64,22 +64,7 @@ def test_drafts_fork_at_checkpoints_and_reuse_reasoning_kv(ssr_server, chat_prom
 
 
 def test_client_draft_gives_long_acceptance(ssr_server, chat_prompts, tokenizer):
-    closed = chat_prompts[1] + tokenizer("\n</think>\n\n", add_special_tokens=False).input_ids
-    first = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True})
-    again = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True},
-                                custom_params={"ssr_draft": first["output_ids"]})
-    assert again["output_ids"] == first["output_ids"]
-    ssr = again["meta_info"]["ssr"]
-    assert ssr["phase"] == "answer"
-    # the draft is the output itself: nearly every step accepts the whole tree depth (measured 8.08 tokens
-    # a step, 84 of 97 answer tokens from the draft; 2026-11-30)
-    assert ssr["answer_accept_length"] >= 7, ssr
-    assert ssr["accepted_prefix"] >= 80, ssr
-    # A wrong draft costs nothing in exactness.
-    wrong = [(t + 1) % 500 for t in first["output_ids"]]
-    bad = ssr_server.generate(input_ids=closed, max_new_tokens=96, sampling={"ignore_eos": True},
-                              custom_params={"ssr_draft": wrong})
-    assert bad["output_ids"] == first["output_ids"]
+    check_client_draft(ssr_server, chat_prompts[1], tokenizer)
 
 
 def test_suffix_decoding_recovers_after_mismatch(ssr_server, chat_prompts, plain_outputs, tokenizer):
