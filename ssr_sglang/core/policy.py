@@ -207,9 +207,10 @@ class DraftPolicy:
         on reasoning steps only (like against like: answer steps build proposals and verify fuller
         trees).
 
-        ``after_prefill``: the step directly follows a prefill pass. Such a step also finishes the prefill's work (its outputs, the new requests' first decode
-        setup), so it is no sample of a step; its excess over the expected step is added to the
-        prefill of the drafts that pass started (:meth:`observe_prefill`), if it started any.
+        ``after_prefill``: the step directly follows a prefill pass. Such a step also finishes the
+        prefill's work (its outputs, the new requests' first decode setup), so it is no sample of a
+        step; its excess over the expected step is added to the prefill of the drafts that pass
+        started (:meth:`observe_prefill`), if it started any.
 
         >>> p = DraftPolicy()
         >>> for _ in range(8):
