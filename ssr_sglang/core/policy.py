@@ -486,8 +486,6 @@ class DraftPolicy:
             single = self._values(r, tps, draft_len, inputs["a_self"], a_pl, r, 0)
             if (scale * float(single.mean()) > cost or with_successor(single, a_pl) > pair_cost) != fork:
                 self._hinges = True
-        if saving > cost:
-            return Decision(True, "saving > cost", inputs)
-        if pair > pair_cost:
-            return Decision(True, "saving > cost with a seeded successor", inputs)
-        return Decision(False, "cost >= saving", inputs)
+        if not fork:
+            return Decision(False, "cost >= saving", inputs)
+        return Decision(True, "saving > cost" if saving > cost else "saving > cost with a seeded successor", inputs)

@@ -32,9 +32,8 @@ def free_port() -> int:
     server binds it (about 20 s later), for example to a TP rank's gloo socket; uvicorn then exits with 3.
     Ports below the ephemeral range are never handed out that way."""
     low = max(_ephemeral_low(), 12000)
-    rng = random.Random()
     for _ in range(200):
-        port = rng.randrange(10000, low - 1000)
+        port = random.randrange(10000, low - 1000)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
