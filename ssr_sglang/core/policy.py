@@ -56,10 +56,15 @@ policy drafts as the paper does.
 
 Until the server has seen ``MIN_HISTORY`` reasoning requests (and while a request reasons longer
 than all but ``MIN_HISTORY`` of them) decisions fall back to the request's fixed schedule
-(``Decision.fork is None``); a draft cost not measured at a batch size in the last ``STALE_STEPS``
-reasoning steps is explored (one draft measures it: while it does, within ``EXPLORE_GAP`` steps of
-the grant, other requests at that batch size are not granted another exploring draft). A request stops drafting once two consecutive finished drafts agree (the answer has
-settled).
+(``Decision.fork is None``). A draft cost not measured at a batch size in the last ``STALE_STEPS``
+reasoning steps is explored: one draft measures it (while it does, within ``EXPLORE_GAP`` steps of
+the grant, other requests at that batch size are not granted another exploring draft), if the draft
+would pay at ``EXPLORE_DISCOUNT`` times the cost measured lately at the nearest other batch size (a
+draft adds its rows to any batch), or, where no batch size was measured lately, if it could save
+anything. While fewer than ``CONTROL_WINDOW`` control requests have measured ``a_plain``, a draft
+that would not pay were ``a_plain`` ``A_PLAIN_DOUBT`` higher is not forked (in doubt, serve as NGRAM
+does; the control requests then come sooner). A request stops drafting once two consecutive
+finished drafts agree (the answer has settled).
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ CONTROL_EVERY = 32  # after the first control request, one client request in thi
 CONTROL_SOON = 8  # ... or one in this many while first-draft decisions hinge on a_plain
 CONTROL_WINDOW = 4  # a_plain comes from this many most recent control requests
 A_PLAIN_DOUBT = 0.25  # a decision hinges on a_plain if it flips with a_plain this much higher or lower
+EXPLORE_DISCOUNT = 0.5  # an exploring draft must pay at this share of the cost estimated from another batch size
 PRIOR_TOKENS = 1.0  # pseudo answer tokens behind the optimistic prior of an unmeasured fork distance
 BUCKETS = 64
 _CENTRES = np.arange(1, BUCKETS) - 1 + np.log2(1.5)  # log2 of the middle of buckets 1.. (2**(b-1) to 2**b - 1)
@@ -409,31 +415,57 @@ class DraftPolicy:
         longer = self.longer_than(v.reasoning_tokens)
         if longer < MIN_HISTORY:
             return Decision(None, f"reasoning longer than {self.history - longer} of the last {self.history} requests")
-        running = v.latest is not None and v.latest[2]
-        if running:
+        if v.latest is not None and v.latest[2]:
             return Decision(False, "a draft is running")
-        r = v.reasoning_tokens
         a_plain = self.a_plain()
+        per_step, source = self._draft_step_cost(b)
+        if source is None or not source.startswith("measured"):
+            return self._explore(v, b, a_plain, per_step, source)
+        d = self._weigh(v, b, a_plain, per_step)
+        doubt = [self._weigh(v, b, a_plain * (1 + A_PLAIN_DOUBT), per_step).fork]
+        if v.latest is None:  # does the first draft hinge on a_plain? (start_request then measures it soon)
+            doubt.append(self._weigh(v, b, a_plain * (1 - A_PLAIN_DOUBT), per_step).fork)
+            self._hinges = any(f != d.fork for f in doubt)
+        if d.fork and not doubt[0] and len(self._control) < CONTROL_WINDOW:
+            return Decision(False, f"in doubt: no gain were a_plain {A_PLAIN_DOUBT:.0%} higher, and only "
+                                   f"{len(self._control)} of {CONTROL_WINDOW} control requests measured it", d.inputs)
+        return d
+
+    def _draft_step_cost(self, b: int) -> Tuple[Optional[float], Optional[str]]:
+        """The extra seconds a draft adds to a reasoning step at batch bucket ``b``, and where the figure
+        comes from: ``"measured"`` (at ``b``, lately), ``"estimated from ..."`` (the nearest bucket measured
+        lately: a draft adds its rows to any batch), or (None, None) where no bucket was measured lately."""
+        def fresh(k: int) -> bool:
+            w = self._extra.get(k)
+            return w is not None and w.n >= MIN_COST_SAMPLES and self._since_extra[k] <= STALE_STEPS
+
+        if fresh(b):
+            return max(0.0, self._extra[b].value), "measured"
+        near = sorted((abs(k - b), k) for k in self._extra if fresh(k))
+        if not near:
+            return None, None
+        k = near[0][1]
+        return max(0.0, self._extra[k].value), f"estimated from batch size {2 ** (k - 1)}-{2 ** k - 1}"
+
+    def _weigh(self, v: RequestView, b: int, a_plain: float, per_step: float) -> Decision:
+        """Saving against cost at a draft cost of ``per_step`` seconds per reasoning step (no side effects)."""
+        r = v.reasoning_tokens
         a_draft = self._rate(self._ssr, self.max_accept)
         # A seeded draft decodes against an earlier draft as the answer does: until seeded drafts are
         # measured, they are taken to accept as many tokens per step as the answer does.
         a_new = self._rate(self._self[True], a_draft) if v.latest else self._rate(self._self[False], a_plain)
         answer = self.answer_length()
         draft_len = min(v.draft_cap, answer)
-        answer_step = self._answer_step.get(b)
+        step, answer_step = self._step[b], self._answer_step.get(b)
         t_answer = answer_step.value if answer_step is not None and answer_step.n else step.value
         scale = answer * t_answer  # seconds per (answer steps saved per answer token)
         new = self._values(r, v.reasoning_tokens_per_step, draft_len, a_new, a_plain, r, 0)
         saving = scale * float(new.mean())
-        inputs = {"answer_tokens": answer, "step_s": t_answer, "a_plain": a_plain, "a_self": a_new,
-                  "saving_s": saving}
-        extra = self._extra.get(b)
-        if extra is None or extra.n < MIN_COST_SAMPLES or self._since_extra[b] > STALE_STEPS:
-            return self._explore(b, v.batch_size, saving, inputs)
-        per_step = max(0.0, extra.value)
         sharers = max(1, v.batch_size)
         cost = sharers * (self._prefill.value + draft_len / max(a_new, 1e-6) * per_step)
-        inputs.update(draft_step_s=per_step, prefill_s=self._prefill.value, sharers=sharers, cost_s=cost)
+        inputs = {"answer_tokens": answer, "step_s": t_answer, "a_plain": a_plain, "a_self": a_new,
+                  "saving_s": saving, "draft_step_s": per_step, "prefill_s": self._prefill.value,
+                  "sharers": sharers, "cost_s": cost}
         if v.latest is None:
             return self._first(v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs)
         at, written, _ = v.latest
@@ -444,23 +476,33 @@ class DraftPolicy:
             return Decision(True, "newer draft: gain over the last one > cost", inputs)
         return Decision(False, "newer draft: gain over the last one <= cost", inputs)
 
-    def _explore(self, b: int, batch_size: int, saving: float, inputs: dict) -> Decision:
-        """Draft cost at this batch size unknown or stale: one draft measures it (if it could save
-        anything); other requests at the same batch size wait ``EXPLORE_GAP`` steps for its figures."""
+    def _explore(self, v: RequestView, b: int, a_plain: float, estimate: Optional[float],
+                 source: Optional[str]) -> Decision:
+        """Draft cost at this batch size unknown or stale: one draft measures it, if it could pay at
+        ``EXPLORE_DISCOUNT`` times the cost estimated from another batch size (or, with no estimate,
+        if it could save anything); other requests at the same batch size wait ``EXPLORE_GAP`` steps
+        for its figures."""
+        d = self._weigh(v, b, a_plain, EXPLORE_DISCOUNT * (estimate or 0.0))
+        inputs = d.inputs if estimate is not None else {k: x for k, x in d.inputs.items()
+                                                        if k not in ("draft_step_s", "cost_s")}
+        if estimate is not None:
+            inputs["draft_step_source"] = source
         granted = self._explored.get(b)
         if granted is not None and self._steps - granted < EXPLORE_GAP:
-            return Decision(False, f"exploring: another draft is measuring the cost at batch size {batch_size}",
+            return Decision(False, f"exploring: another draft is measuring the cost at batch size {v.batch_size}",
                             inputs)
-        if saving <= 0:
-            return Decision(False, f"exploring: draft cost at batch size {batch_size} not measured lately, "
+        if estimate is not None and not d.fork:
+            return Decision(False, f"exploring: draft cost at batch size {v.batch_size} not measured lately, and "
+                                   f"no gain at {EXPLORE_DISCOUNT:g}x the cost {source}", inputs)
+        if estimate is None and d.inputs["saving_s"] <= 0:
+            return Decision(False, f"exploring: draft cost at batch size {v.batch_size} not measured lately, "
                                    "and no saving expected", inputs)
         self._explored[b] = self._steps
-        return Decision(True, f"exploring: draft cost at batch size {batch_size} not measured lately", inputs)
+        return Decision(True, f"exploring: draft cost at batch size {v.batch_size} not measured lately", inputs)
 
     def _first(self, v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs) -> Decision:
         """The first draft is also worth what it enables: a seeded draft forked when it is done,
-        which writes faster and closer to the answer. Worth it if the pair pays, or the draft alone.
-        Notes whether the decision hinges on ``a_plain`` (:meth:`start_request` then measures it soon)."""
+        which writes faster and closer to the answer. Worth it if the pair pays, or the draft alone."""
         r, tps = v.reasoning_tokens, v.reasoning_tokens_per_step
         a_unseeded = self._rate(self._self[False], a_plain)
         a_seeded = self._rate(self._self[True], a_draft)
@@ -469,23 +511,15 @@ class DraftPolicy:
         longer = self._sorted_len[i:]
         later = longer > r1
         j = int(np.searchsorted(self._sorted_len, r1, side="right")) - i
-
-        def with_successor(single: np.ndarray, a_pl: float) -> float:
-            succ = np.zeros(len(longer))
-            if later.any():
-                succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_pl, r1, 0)
-            return scale * float(np.maximum(single, succ).mean())
-
-        pair = with_successor(new, a_plain)
+        succ = np.zeros(len(longer))
+        if later.any():
+            succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_plain, r1, 0)
+        pair = scale * float(np.maximum(new, succ).mean())
         pair_cost = cost + float(later.mean()) * inputs["sharers"] * (
             self._prefill.value + draft_len / max(a_seeded, 1e-6) * per_step)
         inputs.update(with_successor_saving_s=pair, with_successor_cost_s=pair_cost)
-        fork = saving > cost or pair > pair_cost
-        self._hinges = False
-        for a_pl in (a_plain * (1 - A_PLAIN_DOUBT), a_plain * (1 + A_PLAIN_DOUBT)):
-            single = self._values(r, tps, draft_len, inputs["a_self"], a_pl, r, 0)
-            if (scale * float(single.mean()) > cost or with_successor(single, a_pl) > pair_cost) != fork:
-                self._hinges = True
-        if not fork:
-            return Decision(False, "cost >= saving", inputs)
-        return Decision(True, "saving > cost" if saving > cost else "saving > cost with a seeded successor", inputs)
+        if saving > cost:
+            return Decision(True, "saving > cost", inputs)
+        if pair > pair_cost:
+            return Decision(True, "saving > cost with a seeded successor", inputs)
+        return Decision(False, "cost >= saving", inputs)

@@ -220,16 +220,16 @@ def test_one_exploring_draft_at_a_time_per_batch_size():
     from ssr_sglang.core.policy import EXPLORE_GAP
 
     policy = DraftPolicy(max_accept=12)
-    _measured(policy, (1,), 0.1 * STEP)
+    _measured(policy, (1,), 0.001 * STEP)  # nearly free at batch 1: worth measuring at batch 4
     for _ in range(5):
-        policy.observe_step(16, 0, STEP, True)  # batch 16: steps measured, no draft yet
-    view = RequestView(85, 1.5, 16, False, 512, False)
+        policy.observe_step(4, 0, STEP, True)  # batch 4: steps measured, no draft yet
+    view = RequestView(85, 1.5, 4, False, 512, False)
     first, second = policy.decide(view), policy.decide(view)
     assert first.fork is True and first.reason.startswith("exploring"), first
     assert second.fork is False and "another draft is measuring" in second.reason, second
     assert policy.decide(RequestView(85, 1.5, 1, False, 512, False)).fork is True  # other batch sizes unaffected
     for _ in range(EXPLORE_GAP):
-        policy.observe_step(16, 0, STEP, True)
+        policy.observe_step(4, 0, STEP, True)
     assert policy.decide(view).fork is True
 
 
@@ -280,16 +280,65 @@ def test_a_plain_follows_the_recent_control_requests():
 def test_controls_come_sooner_while_the_first_draft_decision_hinges_on_a_plain():
     view = RequestView(50, 1.5, 1, False, 512, False)
 
-    def controls_after_a_decision(extra):
-        policy = _past_learning(extra)
+    def controls_after_a_decision(factor):
+        policy = _doubtful(factor)
         [policy.start_request() for _ in range(MIN_HISTORY + 1)]  # the first control request
-        policy.observe_request(80, ANSWER, (ANSWER, 30), (0, 0), [], control=True)
         d = policy.decide(view)
         return d, sum(policy.start_request() for _ in range(CONTROL_EVERY - 1))
 
-    d, _ = controls_after_a_decision(0.0)
-    per_step = (d.inputs["saving_s"] - d.inputs["prefill_s"]) / (ANSWER / d.inputs["a_self"])
-    near, soon = controls_after_a_decision(per_step * 1.05)  # cost just above the saving: hinges on a_plain
-    far, later = controls_after_a_decision(per_step * 20)  # far above: a_plain cannot change it
+    near, soon = controls_after_a_decision(1.05)  # cost just above the saving: hinges on a_plain
+    far, later = controls_after_a_decision(20)  # far above: a_plain cannot change it
     assert near.fork is False and far.fork is False
     assert soon == (CONTROL_EVERY - 1) // CONTROL_SOON and later == 0
+
+
+def test_exploring_a_batch_size_weighs_the_cost_measured_at_another():
+    """No draft measured at batch 2 yet: where the cost measured at batch 1 (halved) already outweighs
+    the saving for two sharers, no exploring draft is forked; where drafts are nearly free (a GPU),
+    one is, to measure batch 2's own cost."""
+    from ssr_sglang.core.policy import EXPLORE_DISCOUNT
+
+    view = RequestView(85, 1.5, 2, False, 512, False)
+    for extra, explores in ((0.4 * STEP, False), (0.001 * STEP, True)):
+        policy = DraftPolicy(max_accept=12)
+        _measured(policy, (1,), extra)
+        for _ in range(5):
+            policy.observe_step(2, 0, STEP, True)  # batch 2: steps measured, no draft yet
+        d = policy.decide(view)
+        assert d.fork is explores and d.reason.startswith("exploring"), d
+        assert d.inputs["draft_step_source"] == "estimated from batch size 1-1"
+        assert d.inputs["draft_step_s"] == pytest.approx(EXPLORE_DISCOUNT * extra, rel=0.05)
+        if not explores:
+            assert "no gain at 0.5x the cost estimated from batch size 1-1" in d.reason, d
+
+
+def _doubtful(factor: float) -> DraftPolicy:
+    """Past learning, one control request (3 answer tokens per step), unseeded drafts measured at 2
+    tokens per step, and a draft step cost ``factor`` times the one at which a first draft breaks even."""
+    def make(extra):
+        policy = _past_learning(extra)
+        policy.observe_draft(False, ANSWER, 45)
+        policy.observe_request(80, ANSWER, (ANSWER, 30), (0, 0), [], control=True)
+        return policy
+
+    d = make(0.0).decide(RequestView(50, 1.5, 1, False, 512, False))
+    return make(factor * (d.inputs["saving_s"] - d.inputs["prefill_s"]) / (ANSWER / d.inputs["a_self"]))
+
+
+def test_in_doubt_about_a_plain_a_marginal_draft_waits_for_control_requests():
+    """A first draft that pays at the measured a_plain but not at a 25% higher one is declined while
+    fewer than CONTROL_WINDOW control requests measured a_plain, and forked once they have (same rate);
+    one that pays by a wide margin is forked at once."""
+    from ssr_sglang.core.policy import CONTROL_WINDOW
+
+    view = RequestView(50, 1.5, 1, False, 512, False)
+    policy = _doubtful(0.95)
+    d = policy.decide(view)
+    assert d.fork is False and d.reason.startswith("in doubt"), d
+    assert d.inputs["saving_s"] > d.inputs["cost_s"]
+    for _ in range(CONTROL_WINDOW - 1):
+        policy.observe_request(80, ANSWER, (ANSWER, 30), (0, 0), [], control=True)
+    d = policy.decide(view)
+    assert d.fork is True and d.reason == "saving > cost", d
+    d = _doubtful(0.3).decide(view)
+    assert d.fork is True and d.reason == "saving > cost", d
