@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import time
@@ -300,18 +301,30 @@ def main(argv=None) -> int:
     return 0
 
 
+# two-sided 95% Student t quantiles, by degrees of freedom (1..10); 1.96 beyond
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
 def round_spread(base_rounds: list, other_rounds: list) -> Optional[dict]:
     """Throughput of ``other`` against ``base`` round by round (the two ran side by side, the same
     requests, so the ratio of a round is ``base wall / other wall``): per-round ratios and a 95%
-    bootstrap interval over rounds of the pooled ratio. None with fewer than 3 rounds (no spread)."""
-    from ssr_sglang.main_job import ratio_interval
+    Student t interval of their geometric mean (over the rounds' log ratios: with a handful of rounds
+    a bootstrap interval is too narrow). None with fewer than 3 rounds (no spread).
 
+    >>> s = round_spread([{"wall_s": 5.0}] * 3, [{"wall_s": w} for w in (5.0, 4.0, 6.25)])
+    >>> [round(x, 2) for x in s["per_round"]], round(s["geomean"], 3), [round(x, 2) for x in s["ci95"]]
+    ([1.0, 1.25, 0.8], 1.0, [0.57, 1.74])
+    """
     walls = [(b["wall_s"], o["wall_s"]) for b, o in zip(base_rounds, other_rounds)]
     if len(walls) < 3:
         return None
     per_round = [b / o for b, o in walls]
-    lo, hi = ratio_interval([b for b, _ in walls], [o for _, o in walls])
-    return {"per_round": per_round, "ci95": [lo, hi]}
+    logs = [math.log(x) for x in per_round]
+    n = len(logs)
+    m = sum(logs) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1))
+    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * sd / math.sqrt(n)
+    return {"per_round": per_round, "geomean": math.exp(m), "ci95": [math.exp(m - half), math.exp(m + half)]}
 
 
 def noise_note(spread: Optional[dict]) -> str:

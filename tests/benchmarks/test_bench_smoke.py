@@ -9,6 +9,7 @@ checked without servers.
 
 from __future__ import annotations
 
+import doctest
 import json
 import subprocess
 import sys
@@ -139,3 +140,4 @@ def test_load_round_spread_tells_noise_from_a_real_gap():
     assert slower["ci95"][1] < 1 and "beyond noise" in load.noise_note(slower)
     assert load.round_spread(base[:2], base[:2]) is None
     assert "no spread" in load.noise_note(None)
+    assert doctest.testmod(load).failed == 0
