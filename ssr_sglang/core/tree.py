@@ -229,6 +229,16 @@ def _parents(mask, n: int) -> np.ndarray:
     return np.where(rows.any(axis=2), last, -1).astype(np.int64)
 
 
+def parents_batch(mask, n: int) -> np.ndarray:
+    """The parent of every node of every tree in ``mask`` (``B * n * n`` values, flat or not): a ``(B, n)``
+    array, -1 for the roots.
+
+    >>> parents_batch(build_chain(9, [5, 6], 3)[1], 3).tolist()
+    [[-1, 0, 1]]
+    """
+    return _parents(mask, n)
+
+
 def _sibling_groups(tokens, parents) -> dict:
     groups: dict = {}
     for i, p in enumerate(parents.tolist()[1:], 1):

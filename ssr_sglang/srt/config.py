@@ -30,9 +30,13 @@ environment variable           custom_params key          meaning
 ``SSR_MAX_KV_USAGE``           (server only)              skip new drafts above this KV-pool usage
 ``SSR_MAX_BATCH``              (server only)              skip new drafts when this many requests run
                                                           (default 4 on CPU, 32 on GPU)
-``SSR_VERIFY_WIDTH``           (server only)              ``full`` (default): verify every tree node;
-                                                          ``adaptive`` (CPU only): only as many as the
-                                                          batch's proposals fill
+``SSR_VERIFY_WIDTH``           (server only)              ``auto`` (default): per step, the width that
+                                                          gives the most tokens per second by measured
+                                                          row cost and node acceptance
+                                                          (:mod:`ssr_sglang.core.width`; CPU, no
+                                                          recurrent state; elsewhere ``full``);
+                                                          ``full``: every tree node; ``adaptive`` (CPU
+                                                          only): as many as the proposals fill
 ``SSR_THINK_START``/``_END``   (server only)              think markers, when the tokenizer's are unusual
 ``SSR_FORCE_ANSWER_TEXT``      (server only)              text appended to make a draft answer now
 (none)                         ``ssr_draft``,             a client-supplied draft answer (token ids);
@@ -107,7 +111,7 @@ class ServerConfig:
     reasoning_fallback: str = "ngram"
     max_kv_usage: float = 0.85
     max_batch: Optional[int] = None  # None: default_max_batch(device)
-    verify_width: str = "full"  # full | adaptive (CPU only)
+    verify_width: str = "auto"  # auto | full | adaptive (narrowing on CPU only)
     think_start: Optional[str] = None  # explicit think markers (both or neither), used by think_ids.from_config
     think_end: Optional[str] = None
     force_answer_text: Optional[str] = None  # appended to a draft's input; must contain the think end
@@ -319,9 +323,9 @@ def server_config_from_env(env: Optional[Mapping[str, str]] = None) -> ServerCon
     max_batch = env.get("SSR_MAX_BATCH")
     if max_batch is not None and (not max_batch.strip().isdigit() or int(max_batch) < 1):
         raise SSRConfigError(f"environment variable SSR_MAX_BATCH={max_batch!r} must be a positive integer")
-    width = env.get("SSR_VERIFY_WIDTH", "full").strip().lower()
-    if width not in ("adaptive", "full"):
-        raise SSRConfigError(f"environment variable SSR_VERIFY_WIDTH={width!r} must be 'full' or 'adaptive'")
+    width = env.get("SSR_VERIFY_WIDTH", "auto").strip().lower()
+    if width not in ("auto", "adaptive", "full"):
+        raise SSRConfigError(f"environment variable SSR_VERIFY_WIDTH={width!r} must be 'auto', 'adaptive' or 'full'")
     think_start, think_end = env.get("SSR_THINK_START") or None, env.get("SSR_THINK_END") or None
     if (think_start is None) != (think_end is None):
         missing = "SSR_THINK_END" if think_end is None else "SSR_THINK_START"

@@ -129,6 +129,7 @@ class DraftManager:
         # parents SGLang ended through send_abort_output; states dropped by the per-step reconciliation
         self.lifecycle_counts = {"ended_by_abort_output": 0, "reconciled": 0}
         self.tree_stats: Optional[dict] = None  # tests (SSR_TEST_CHECK_TREES): counted by the worker
+        self.width_policy = None  # the worker's WidthPolicy under SSR_VERIFY_WIDTH=auto (/server_info)
         # the worker's: overlap scheduling on, and the decode steps proposed from pending tokens
         self.overlap: Optional[dict] = None
         self.clock = StageClock(policy, num_nodes, cuda=str(device).startswith("cuda"))
@@ -284,6 +285,8 @@ class DraftManager:
             d["overlap"] = dict(self.overlap)
         if self.policy is not None:
             d["policy"] = self.policy.summary()
+        if self.width_policy is not None:
+            d["verify_width"] = self.width_policy.summary()
         return d
 
     # -- forking ------------------------------------------------------------------------------

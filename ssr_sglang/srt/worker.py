@@ -32,11 +32,12 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices
 
 from ssr_sglang.core.policy import DraftPolicy
 from ssr_sglang.core.tree import (build_chain, distinct_siblings, distinct_siblings_batch, duplicate_siblings,
-                                  layout_tree, nodes_in_use)
+                                  layout_tree, nodes_in_use, parents_batch)
+from ssr_sglang.core.width import WidthPolicy, accepted_path
 from ssr_sglang.srt import active, compat, consensus, faults, overlap, think_ids
 from ssr_sglang.srt.config import SSRConfigError, default_max_batch, server_config_from_env
 from ssr_sglang.srt.draft_manager import DraftManager
-from ssr_sglang.srt.request_state import ANSWER
+from ssr_sglang.srt.request_state import ANSWER, REASONING
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,13 @@ class SSRWorker(NGRAMWorker):
         think = think_ids.from_config(target_worker.tokenizer, getattr(hf_config, "model_type", "") or "",
                                       get_serving().reasoning_parser, cfg)
         self.adaptive_width = _adaptive_width(cfg.verify_width, runner)
+        # SSR_VERIFY_WIDTH=auto: the width each step verifies is chosen from measured costs and acceptance
+        self.width_policy = (WidthPolicy(self.draft_token_num)
+                             if self.adaptive_width and cfg.verify_width == "auto" else None)
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
+        self._kinds: Optional[list] = None  # ... and where its proposal came from (width policy)
+        self._trees: Optional[tuple] = None  # (tokens, parents), (bs, n) each, of a step the width policy rates
+        self._last_rated: Optional[tuple] = None  # (sequences, width, start) of the last step it rated
         self._width = self.draft_token_num  # nodes verified in the current step
         # Overlap scheduling: per request of the batch being prepared, the previous step's accepted tokens
         # not yet in req.output_ids (None when nothing is pending; see ssr_sglang.srt.overlap)
@@ -69,13 +76,25 @@ class SSRWorker(NGRAMWorker):
         if not think.end:
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
         self.manager.overlap = {"schedule": self.enable_overlap, "pending_steps": 0}  # /server_info
+        self.manager.width_policy = self.width_policy
         active.MANAGER = self.manager  # one per scheduler process (each tensor-parallel rank has its own)
 
     # -- one step: timing, and the rows of a narrowed verify -------------------
     def forward_batch_generation(self, batch, *args, **kwargs):
         started = time.perf_counter()
+        last, self._last_rated = self._last_rated, None
+        if last is not None and batch.forward_mode.is_decode() and self.width_policy is not None:
+            # decode right after decode: the interval between their starts is the whole last iteration
+            self.width_policy.observe_step(last[0], last[1], started - last[2])
         self._width = self.draft_token_num
+        self._trees = None
         result = super().forward_batch_generation(batch, *args, **kwargs)
+        if self._trees is not None:
+            try:
+                self._rate_step(result)
+                self._last_rated = (len(batch.reqs), self._width, started)
+            except Exception as e:  # noqa: BLE001 - never fail the batch: verify at the full width from now on
+                self._width_failed("rating a step", e)
         if self._width < self.draft_token_num:
             # Accepted tokens come back in rows of ``width``; SGLang reads rows of the full width.
             rows = result.next_token_ids.view(-1, self._width)
@@ -86,6 +105,26 @@ class SSRWorker(NGRAMWorker):
         self.manager.clock.step_ran(result, started, self._width)
         return result
 
+    def _rate_step(self, result) -> None:
+        """The width policy learns each sequence's accepted path in a verify step (nodes below the step's
+        width), by kind of proposal; the step's time is known when the next one starts."""
+        tokens, parents = self._trees
+        self._trees = None
+        bs, width = len(tokens), self._width
+        out = result.next_token_ids.view(bs, width).tolist()
+        accepted = result.accept_lens.tolist()
+        paths: dict = {}
+        for i, kind in enumerate(self._kinds):
+            paths.setdefault(kind, []).append(accepted_path(tokens[i], parents[i], out[i], accepted[i], width))
+        for kind, ps in paths.items():
+            self.width_policy.observe_paths(kind, ps, width)
+
+    def _width_failed(self, what: str, e: Exception) -> None:
+        logger.exception("SSR: %s for SSR_VERIFY_WIDTH=auto failed (%r); verifying at the full width from now on",
+                         what, e)
+        self.width_policy = self.manager.width_policy = None
+        self._trees = None
+
     # -- proposals ----------------------------------------------------------
     def _prepare_draft_tokens(self, batch):
         if self.ssr_config.reasoning_fallback == "ngram":
@@ -95,17 +134,20 @@ class SSRWorker(NGRAMWorker):
         n = self.draft_token_num
         nn = n * n
         widths = [n] * len(batch.reqs) if self.adaptive_width else None  # nodes in use, per request
+        kinds = [] if self.width_policy is not None else None
         disabled = self.manager.disabled
         ngram_rows = []  # requests that keep the n-gram (or padding-only) rows
         for i, req in enumerate(batch.reqs):
             rows, mrows = slice(i * n, (i + 1) * n), slice(i * nn, (i + 1) * nn)
-            tree = None
+            tree, phase = None, None
             if not (disabled and req.rid in disabled):
                 try:
-                    tree = self._propose_one(req, n)
+                    tree, phase = self._propose_one(req, n)
                 except Exception as e:  # noqa: BLE001 - never fail the batch: this request goes on as NGRAM
                     self.manager.disable(req.rid, f"building proposals failed: {e!r}", e)
                     tree = None
+            if kinds is not None:
+                kinds.append("drafts" if tree is not None else f"ngram-{phase if phase in (REASONING, ANSWER) else 'other'}")
             if tree is not None:
                 req_drafts[rows] = tree.tokens
                 mask[mrows] = tree.mask
@@ -124,10 +166,15 @@ class SSRWorker(NGRAMWorker):
                 stats["duplicate_siblings_seen"] += duplicate_siblings(req_drafts[i * n:(i + 1) * n],
                                                                        mask[i * nn:(i + 1) * nn], n)
         self._widths = widths
+        self._kinds = kinds
+        if kinds is not None:
+            bs = len(batch.reqs)
+            self._trees = (req_drafts.reshape(bs, n).tolist(), parents_batch(mask, n).tolist())
         return req_drafts, mask
 
     def _propose_one(self, req, n: int):
-        """The token tree of one request's draft-based proposals, or None (keep the n-gram rows)."""
+        """The token tree of one request's draft-based proposals, or None (keep the n-gram rows), and
+        the request's phase."""
         st = self.manager.state_for(req)
         out = overlap.seen_outputs(req, self._pending)  # req.output_ids, or it plus the pending tokens
         st.settle(out)
@@ -137,13 +184,14 @@ class SSRWorker(NGRAMWorker):
             faults.hit("propose", req.rid)
             branches = st.propose(out)
             if branches:
-                return layout_tree(overlap.last_token(req, out), [b.tokens for b in branches], n)
+                return layout_tree(overlap.last_token(req, out), [b.tokens for b in branches], n), st.phase
         if st.phase == ANSWER:
             st.note_plain_step(out)
-        return None
+        return None, st.phase
 
     def _prepare_for_speculative_decoding(self, batch):
         self._widths = None
+        self._kinds = None
         self._pending = None
         if batch.forward_mode.is_decode():
             self._pending = overlap.pending_tokens(self.enable_overlap, batch, self.draft_token_num)
@@ -151,12 +199,20 @@ class SSRWorker(NGRAMWorker):
                 self.manager.overlap["pending_steps"] += 1
         super()._prepare_for_speculative_decoding(batch)
         if not batch.forward_mode.is_target_verify():
+            self._trees = None
             return
         # SGLang derives grammar masks and logprobs at the full width
         if self._widths and not (batch.has_grammar or batch.return_logprob):
             width = max(self._widths)
+            if self.width_policy is not None:
+                try:
+                    width, _ = self.width_policy.width(self._kinds, self._widths)
+                except Exception as e:  # noqa: BLE001 - never fail the batch
+                    self._width_failed("choosing a width", e)
             if width < self.draft_token_num:
                 self._narrow(batch, width)
+        else:
+            self._trees = None
         consensus.note_tree(batch)  # TP ranks compare the trees (a no-op with one rank)
 
     def _narrow(self, batch, width: int) -> None:
@@ -219,10 +275,14 @@ _BATCH_FROM = 6
 
 def _adaptive_width(setting: str, runner) -> bool:
     """``SSR_VERIFY_WIDTH``: narrow verify steps only where the verify input has a flat tree mask and no
-    fixed-shape CUDA graphs, and the model has no recurrent state committed at the full width."""
+    fixed-shape CUDA graphs, and the model has no recurrent state committed at the full width. ``auto``
+    falls back to the full width where narrowing is not possible; ``adaptive`` asked for it explicitly,
+    so a GPU refuses it."""
     if setting == "full":
         return False
     if not str(runner.device).startswith("cpu"):
+        if setting == "auto":
+            return False
         raise SSRConfigError("environment variable SSR_VERIFY_WIDTH=adaptive is supported on CPU only "
-                             "(GPU verify steps run at a fixed width in CUDA graphs); use 'full'")
+                             "(GPU verify steps run at a fixed width in CUDA graphs); use 'full' or 'auto'")
     return not getattr(runner.model_config, "is_hybrid_swa", False) and mambaish_config(runner.model_config) is None

@@ -118,12 +118,12 @@ def test_load_smoke(tmp_path, urls):
 
 def test_verify_width_smoke(tmp_path, urls):
     ssr = dict(part.split("=", 1) for part in urls.split(","))["ssr"]
-    run_script("verify_width.py", "--rounds", "1", "--concurrency", "1", "--n", "2",
-               "--urls", f"adaptive={ssr},full={ssr}", "--out", str(tmp_path))
+    run_script("verify_width.py", "--rounds", "1", "--concurrency", "1", "--n", "2", "--widths", "auto,full",
+               "--urls", f"auto={ssr},full={ssr}", "--out", str(tmp_path))
     res = json.loads((tmp_path / "results.json").read_text())
     row = res["summary"]["1"]
-    assert row["identical"] and row["ratio"] > 0 and row["adaptive"]["nodes_per_step"] >= 1
-    assert "adaptive / full" in (tmp_path / "results.md").read_text()
+    assert row["identical"] and row["auto"]["vs_full"] > 0 and row["auto"]["nodes_per_step"] >= 1
+    assert "auto / full" in (tmp_path / "results.md").read_text()
 
 
 def test_load_round_spread_tells_noise_from_a_real_gap():

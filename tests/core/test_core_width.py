@@ -1,0 +1,101 @@
+"""The cost-aware verify width (:mod:`ssr_sglang.core.width`) on a simulated server.
+
+Each step verifies one request's chain of ``N`` proposed nodes at the width the policy picks; node
+``j`` (1-based depth) is accepted, given its parent was, with probability ``q`` (so ``P(j on the
+path) = q ** j``). An iteration costs ``FIXED + ROW * width`` seconds. Two machines differ only in
+``ROW``: one where every verified row costs real compute (a CPU without matrix units) and one where
+rows are nearly free (a GPU).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ssr_sglang.core.width import PROBE_EVERY, WidthPolicy, accepted_path
+
+N = 12
+FIXED = 0.008
+CHAIN_PARENTS = [-1] + list(range(N - 1))
+
+
+def _serve(policy, q, row, steps=3000, seed=0, fixed_width=None):
+    """Tokens per second over the last half of ``steps`` steps, and the widths chosen there."""
+    rng = random.Random(seed)
+    tokens = list(range(100, 100 + N))
+    t = done = 0.0
+    widths = []
+    for i in range(steps):
+        w = fixed_width or policy.width(["ngram-reasoning"], [N])[0]
+        depth = 0
+        while depth + 1 < w and rng.random() < q:
+            depth += 1
+        out = tokens[1:depth + 1] + [7]  # the accepted nodes' tokens, then the bonus token
+        if policy is not None:
+            policy.observe_paths("ngram-reasoning", [accepted_path(tokens, CHAIN_PARENTS, out, depth + 1, w)], w)
+        seconds = (FIXED + row * w) * rng.uniform(0.95, 1.05)
+        if policy is not None:
+            policy.observe_step(1, w, seconds)
+        if i >= steps // 2:
+            t += seconds
+            done += depth + 1
+            widths.append(w)
+    return done / t, widths
+
+
+@pytest.mark.parametrize("q", [0.3, 0.6])
+def test_costly_rows_get_a_narrow_width_and_more_tokens_per_second(q):
+    """Rows at 6% of a step each, nodes rarely accepted deep: the policy verifies few nodes and commits
+    more tokens per second than the full width, close to the best fixed width."""
+    row = 0.06 * FIXED
+    auto, widths = _serve(WidthPolicy(N), q, row)
+    full, _ = _serve(None, q, row, fixed_width=N)
+    best = max(_serve(None, q, row, fixed_width=w)[0] for w in range(1, N + 1))
+    assert auto > full * 1.1, (auto, full)
+    assert auto >= best * 0.93, (auto, best)
+    assert sorted(widths)[len(widths) // 2] < N // 2
+
+
+def test_cheap_rows_keep_the_full_width():
+    """Rows nearly free: every node that is ever accepted pays, so the width stays full (but for the
+    probe steps at width 1)."""
+    auto, widths = _serve(WidthPolicy(N), 0.6, 0.0001 * FIXED)
+    full, _ = _serve(None, 0.6, 0.0001 * FIXED, fixed_width=N)
+    assert widths.count(N) >= len(widths) * (1 - 1.5 / PROBE_EVERY)
+    assert auto >= full * 0.97
+
+
+def test_the_cost_fit_separates_per_batch_and_per_row_costs():
+    """``b`` comes from widths compared at the same batch size, so a batch size seen at one width only
+    (here 8) still gets its own fixed cost; sizes not seen are interpolated or extrapolated."""
+    p = WidthPolicy(N)
+    cost = lambda bs, w: 0.004 + 0.001 * bs + 0.0002 * bs * w  # noqa: E731
+    for bs, widths in ((1, (1, 6, 12)), (2, (1, 12)), (8, (12,))):
+        for w in widths:
+            for _ in range(3):
+                p.observe_step(bs, w, cost(bs, w))
+    p._fit = p._refit()
+    assert p._fit[0] == pytest.approx(0.0002)
+    assert [p._fixed(bs) for bs in (1, 2, 4, 8, 16)] == pytest.approx([0.005, 0.006, 0.008, 0.012, 0.020])
+
+
+def test_nothing_proposed_is_a_plain_step_and_no_fit_means_the_widest():
+    p = WidthPolicy(N)
+    assert p.width(["ngram-reasoning"], [1]) == (1, "nothing proposed")
+    choices = [p.width(["drafts"], [9])[0] for _ in range(8)]
+    assert choices.count(9) == 7 and choices.count(1) == 1  # probes alternate: the widest, then width 1
+    assert p.summary()["widths"][9] == 7
+
+
+def test_accepted_path_stops_at_the_width_and_at_a_mismatch():
+    tokens, parents = [9, 5, 6, 7, 8], [-1, 0, 0, 1, 3]
+    assert accepted_path(tokens, parents, [5, 7, 8, 1], 4, 5) == [1, 3, 4]
+    assert accepted_path(tokens, parents, [5, 7, 1], 3, 4) == [1, 3]
+    assert accepted_path(tokens, parents, [6, 3], 2, 5) == [2]
+    assert accepted_path(tokens, parents, [4], 1, 5) == []
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="n must be"):
+        WidthPolicy(0)
