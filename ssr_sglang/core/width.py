@@ -26,9 +26,9 @@ what is left at each batch size seen (interpolated, or extrapolated linearly, fo
 every step dearer and so every accepted token worth more); ``p_k`` from each step's accepted paths, per node over
 the steps that verified it, decayed so that it follows the traffic (:meth:`WidthPolicy.observe_paths`).
 Until both are known the width is the widest proposal; one step in ``PROBE_EVERY`` (one in
-``PROBE_EARLY`` until the cost is fitted) is a probe that verifies at the widest or, alternately,
-at width 1, so that costs are seen at more than one width and the nodes beyond the chosen width keep
-being rated.
+``PROBE_EARLY`` until the cost is fitted) is a probe: at the widest where the best width is narrower
+(so that the nodes beyond it keep being rated), at half the widest where the best is the widest (so
+that costs are seen at more than one width; half loses fewer accepted tokens than width 1 would).
 """
 
 from __future__ import annotations
@@ -200,13 +200,15 @@ class WidthPolicy:
         self._steps += 1
         if widest <= 1:
             return self._take(1, "nothing proposed")
-        every = PROBE_EVERY if self._fit is not None else PROBE_EARLY
+        best, why = self._best(kinds, in_use, widest)
         self._probes += 1
-        if self._probes % every == 0:
-            probe = widest if (self._probes // every) % 2 else 1
-            return self._take(probe, "probe")
+        if self._probes % (PROBE_EVERY if self._fit is not None else PROBE_EARLY) == 0:
+            return self._take(widest if best < widest else max(1, widest // 2), "probe")
+        return self._take(best, why)
+
+    def _best(self, kinds: Sequence[str], in_use: Sequence[int], widest: int) -> Tuple[int, str]:
         if self._fit is None:
-            return self._take(widest, "cost not fitted yet")
+            return widest, "cost not fitted yet"
         b = self._fit[0]
         rows = len(kinds)
         fixed = max(self._fixed(rows), 1e-6)
@@ -225,7 +227,7 @@ class WidthPolicy:
         best = int(np.argmax(rate)) + 1
         if best < widest and rate[best - 1] < rate[-1] * (1 + MIN_GAIN):
             best = widest
-        return self._take(best, "best tokens per second")
+        return best, "best tokens per second"
 
     def _take(self, w: int, why: str) -> Tuple[int, str]:
         self.chosen[w] += 1

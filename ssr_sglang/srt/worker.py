@@ -9,11 +9,12 @@ Per decode step, for each request of the batch:
   the n-gram proposal when the drafts have nothing to offer.
 
 Verification is SGLang's own (greedy tree walk; its sampling path where SGLang uses one), so the
-output is the target model's whatever is proposed. With ``SSR_VERIFY_WIDTH=adaptive`` (CPU only) a
-step verifies only the first ``w`` tree nodes, ``w`` the widest proposal in the batch (1 when nobody
-proposes anything: a plain decode step), since on a compute-bound device a padding node costs as
-much as a real one; it is not the default (figures: ``benchmarks/verify_width.py``, README). The
-worker only proposes: the per-request state, the hidden draft requests and their endings belong to the
+output is the target model's whatever is proposed. On CPU a step may verify only the first ``w``
+tree nodes (a subtree: parents come first): ``SSR_VERIFY_WIDTH=auto`` (the default) takes the ``w``
+of :class:`~ssr_sglang.core.width.WidthPolicy`, which it feeds with every iteration's time and each
+sequence's accepted path; ``adaptive`` takes the widest proposal in the batch (1 when nobody proposes
+anything: a plain decode step). Tensor-parallel servers, GPUs and models with recurrent state keep the
+full width. The worker only proposes: the per-request state, the hidden draft requests and their endings belong to the
 :class:`~ssr_sglang.srt.draft_manager.DraftManager` it creates, which it asks for a request's state.
 """
 
@@ -54,9 +55,12 @@ class SSRWorker(NGRAMWorker):
         think = think_ids.from_config(target_worker.tokenizer, getattr(hf_config, "model_type", "") or "",
                                       get_serving().reasoning_parser, cfg)
         self.adaptive_width = _adaptive_width(cfg.verify_width, runner)
-        # SSR_VERIFY_WIDTH=auto: the width each step verifies is chosen from measured costs and acceptance
-        self.width_policy = (WidthPolicy(self.draft_token_num)
-                             if self.adaptive_width and cfg.verify_width == "auto" else None)
+        # SSR_VERIFY_WIDTH=auto: the width each step verifies is chosen from measured costs and acceptance.
+        # Tensor-parallel ranks time differently and must verify the same trees: they keep the full width.
+        auto = cfg.verify_width == "auto"
+        if auto and server_args.tp_size > 1:
+            self.adaptive_width = False
+        self.width_policy = WidthPolicy(self.draft_token_num) if self.adaptive_width and auto else None
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._kinds: Optional[list] = None  # ... and where its proposal came from (width policy)
         self._trees: Optional[tuple] = None  # (tokens, parents), (bs, n) each, of a step the width policy rates

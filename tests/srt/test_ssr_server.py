@@ -40,8 +40,8 @@ def test_greedy_identical_to_plain_batch_1(ssr_server, chat_prompts, plain_outpu
 
 
 def test_auto_verify_width_keeps_outputs_and_measures(ssr_server, chat_prompts, plain_outputs):
-    """The default SSR_VERIFY_WIDTH=auto on CPU: steps run at the widths the policy picks (probes at width 1
-    and at the widest among them) and the outputs stay the target model's; the row cost gets fitted and
+    """The default SSR_VERIFY_WIDTH=auto on CPU: steps run at the widths the policy picks (probes at the widest
+    and at half of it among them) and the outputs stay the target model's; the row cost gets fitted and
     the nodes rated per kind of proposal. Whether narrower steps pay depends on the model and the machine
     (this test model's rows are nearly free): ``benchmarks/verify_width.py`` measures that."""
     with cf.ThreadPoolExecutor(4) as pool:
@@ -50,7 +50,7 @@ def test_auto_verify_width_keeps_outputs_and_measures(ssr_server, chat_prompts, 
     width = ssr_server.server_info()["internal_states"][0]["ssr"]["verify_width"]
     assert width["steps"] > 100 and width["row_s"] >= 0 and width["fixed_s"], width
     chosen = {int(w): n for w, n in width["widths"].items()}
-    assert chosen.get(1, 0) > 0 and chosen.get(8, 0) > 0, width
+    assert chosen.get(8, 0) > 0 and len(chosen) >= 2, width
     assert {"ngram-reasoning", "ngram-answer"} <= set(width["accepted_per_node"]), width
 
 
