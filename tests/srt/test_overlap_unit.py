@@ -156,11 +156,12 @@ def test_proposals_from_pending_tokens_are_the_synchronous_ones():
     sync_w, over_w = _worker(None), _worker({"r": [11]})
     sync_req, over_req = _req([10, 11], draft), _req([10], draft)
     for w, req in ((sync_w, sync_req), (over_w, over_req)):
-        assert w._propose_one(req, 6) is not None  # a first step, so both states have one to settle
+        assert w._propose_one(req, 6)[0] is not None  # a first step, so both states have one to settle
     sync_req.output_ids = [10, 11, 12, 13, 14]
     over_req.output_ids = [10, 11]
     over_w._pending = {"r": [12, 13, 14]}  # accepted by the step in flight, not processed yet
-    a, b = sync_w._propose_one(sync_req, 6), over_w._propose_one(over_req, 6)
+    (a, phase_a), (b, phase_b) = sync_w._propose_one(sync_req, 6), over_w._propose_one(over_req, 6)
+    assert phase_a == phase_b
     assert a.tokens.tolist() == b.tokens.tolist() and a.tokens[0] == 14 and a.tokens[1] == 15
     assert (a.mask == b.mask).all()
     sa, sb = sync_w.manager.requests["r"].counters, over_w.manager.requests["r"].counters

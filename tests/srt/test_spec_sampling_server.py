@@ -146,8 +146,10 @@ def old_verify_samples(plain_server, prompt):
 
 @pytest.fixture(scope="module")
 def ssr_samples(tiny_qwen3, prompt, draft, long_draft):
+    # the full verify width: at temperature 1.0 the default (auto) may measure that the draft rarely pays and
+    # verify it only in probe steps, and these samples must come from verified draft proposals
     with start_server(tiny_qwen3, "--speculative-algorithm", "SSR", "--speculative-num-draft-tokens", "8",
-                      name="ssr-sampling") as s:
+                      env={"SSR_VERIFY_WIDTH": "full"}, name="ssr-sampling") as s:
         greedy = s.generate(input_ids=prompt, max_new_tokens=16, sampling={"ignore_eos": True},
                             custom_params={"ssr_draft": draft})["output_ids"]
         samples = {name: sample(s, prompt, N_SSR, st, custom_params={"ssr_draft": draft})
