@@ -93,6 +93,8 @@ def main(argv=None) -> int:
                     runs[w][c].append(got[w])
                 full = got["full"].pop("outputs")
                 identical[c] &= all(got[w].pop("outputs") == full for w in widths if w != "full")
+        # what each server's width policy measured and chose (None for a width it does not choose)
+        policies = {w: (bu.server_totals(s.url) or {}).get("verify_width") for w, s in servers.items()}
     summary = {}
     for c in levels:
         row = {}
@@ -117,7 +119,7 @@ def main(argv=None) -> int:
     md = (f"{stamp}, {bu.machine()}; `{cmd}`\n\nModel `{Path(model).name}`, {len(prompts)} prompts, greedy, all "
           f"servers up at once, {args.rounds} rounds in rotating order, each burst from an empty cache; wall "
           f"{time.time() - t_start:.0f} s.\n\n{table}\n")
-    bu.write_outputs(out_dir, {"date": stamp, "command": cmd, "model": model, "summary": summary,
+    bu.write_outputs(out_dir, {"date": stamp, "command": cmd, "model": model, "summary": summary, "width_policy": policies,
                                "runs": {w: {str(c): v for c, v in r.items()} for w, r in runs.items()}}, md)
     print("\n" + md)
     print(f"results in {out_dir}/ (results.json, results.md)")

@@ -123,6 +123,7 @@ def test_verify_width_smoke(tmp_path, urls):
     res = json.loads((tmp_path / "results.json").read_text())
     row = res["summary"]["1"]
     assert row["identical"] and row["auto"]["vs_full"] > 0 and row["auto"]["nodes_per_step"] >= 1
+    assert set(res["width_policy"]) == {"auto", "full"}  # what each server's width policy measured
     assert "auto / full" in (tmp_path / "results.md").read_text()
 
 
