@@ -288,7 +288,7 @@ def test_exact_rows_do_not_depend_on_padding(monkeypatch):
 
 def test_exact_rows_do_not_depend_on_batch_size(monkeypatch):
     """In exact mode eight queries of one length in one call equal, bit for bit, each query alone (a
-    batched matmul's result for one problem depends on the batch size: the default path differs)."""
+    batched matmul's result for one problem can depend on the batch size)."""
     from ssr_sglang.cpu import attention_ops
 
     gen = torch.Generator().manual_seed(1)
@@ -305,8 +305,8 @@ def test_exact_rows_do_not_depend_on_batch_size(monkeypatch):
                                               for i in range(8)]))
                    for q, k, v, lens in cases)
 
-    monkeypatch.setattr(attention_ops, "EXACT_VERIFY", False)
-    assert differing() > 0
+    # Whether the default path differs depends on the CPU's matmul kernels (it did on an AVX2 EPYC, not on
+    # a Xeon with AMX for these shapes), so only the exact mode's guarantee is asserted.
     monkeypatch.setattr(attention_ops, "EXACT_VERIFY", True)
     assert differing() == 0
 
