@@ -119,7 +119,8 @@ def main(argv=None) -> int:
     md = (f"{stamp}, {bu.machine()}; `{cmd}`\n\nModel `{Path(model).name}`, {len(prompts)} prompts, greedy, all "
           f"servers up at once, {args.rounds} rounds in rotating order, each burst from an empty cache; wall "
           f"{time.time() - t_start:.0f} s.\n\n{table}\n")
-    bu.write_outputs(out_dir, {"date": stamp, "command": cmd, "model": model, "summary": summary, "width_policy": policies,
+    bu.write_outputs(out_dir, {"date": stamp, "command": cmd, "model": model, "summary": summary,
+                               "width_policy": policies,
                                "runs": {w: {str(c): v for c, v in r.items()} for w, r in runs.items()}}, md)
     print("\n" + md)
     print(f"results in {out_dir}/ (results.json, results.md)")
