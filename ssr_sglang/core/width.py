@@ -29,6 +29,13 @@ Until both are known the width is the widest proposal; one step in ``PROBE_EVERY
 ``PROBE_EARLY`` until the cost is fitted) is a probe: at the widest where the best width is narrower
 (so that the nodes beyond it keep being rated), at half the widest where the best is the widest (so
 that costs are seen at more than one width; half loses fewer accepted tokens than width 1 would).
+
+Where rows are nearly free at a batch size (``b * B * (n - 1) < MIN_GAIN * (f(B) + b * B)``: even
+width 1 could not beat the full width by ``MIN_GAIN``, whatever is accepted) the choice needs no
+acceptance at all: :meth:`WidthPolicy.free_width` verifies every node, padding included (free, and
+sometimes accepted), probes at half width one step in ``PROBE_FREE`` and asks for the accepted paths
+one step in ``RATE_FREE``, so such a step costs almost no bookkeeping. Costs are kept per (batch
+size, width) cell, so the rare probes' samples stay in the fit until newer ones replace them.
 """
 
 from __future__ import annotations
@@ -38,12 +45,15 @@ from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["WidthPolicy", "accepted_path", "PROBE_EVERY"]
+__all__ = ["WidthPolicy", "accepted_path", "PROBE_EVERY", "PROBE_FREE", "RATE_FREE"]
 
-WINDOW = 512  # recent (rows, seconds) samples behind the cost fit
+CELL_SAMPLES = 32  # recent iteration times kept per (batch size, width) cell behind the cost fit
+STALE = 4096  # a cell not observed in this many iterations leaves the fit
 MIN_FIT = 16  # samples, two widths at one batch size at least, before the cost counts as fitted
 PROBE_EVERY = 32  # one step in this many verifies at a probe width once the cost is fitted
 PROBE_EARLY = 4  # ... one in this many before
+PROBE_FREE = 256  # ... one in this many where rows are nearly free (only the row cost is to be watched)
+RATE_FREE = 8  # where rows are nearly free, one step in this many rates its accepted paths
 DECAY = 1.0 - 1.0 / 2048  # per observed node: older paths weigh less
 PRIOR = 1.0  # pseudo observations behind an unrated node's acceptance ...
 PRIOR_P = 0.5  # ... at this rate (optimistic: an unrated node gets verified, and so rated)
@@ -109,8 +119,9 @@ class _Acceptance:
 class WidthPolicy:
     """The verify width of each step (see module docstring). ``n``: the full width (tree nodes).
 
-    Lifecycle per verify step: :meth:`width` with the batch's kinds and nodes in use, then after
-    the forward :meth:`observe_paths` per kind, and once the iteration is over :meth:`observe_step`.
+    Lifecycle per verify step: :meth:`free_width` with the batch size; where it returns None,
+    :meth:`width` with the batch's kinds and nodes in use; then after the forward
+    :meth:`observe_paths` per kind (where asked for), and once the iteration is over :meth:`observe_step`.
     Not thread-safe (one per scheduler process).
     """
 
@@ -118,12 +129,15 @@ class WidthPolicy:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         self.n = n
-        self._samples: Deque[Tuple[int, int, float]] = collections.deque(maxlen=WINDOW)
+        self._cells: Dict[Tuple[int, int], Deque[float]] = {}  # (batch size, width) -> recent seconds
+        self._cell_seen: Dict[Tuple[int, int], int] = {}  # ... -> observation count when last observed
+        self._observed = 0
         self._fit: Optional[Tuple[float, np.ndarray, np.ndarray]] = None  # b, batch sizes seen, f at each
         self._fit_due = 0
         self._kinds: Dict[str, _Acceptance] = {}
         self._steps = 0
         self._probes = 0
+        self._free_steps = 0
         self.chosen = collections.Counter()  # width -> steps (summary)
 
     # -- measurements ---------------------------------------------------
@@ -131,7 +145,13 @@ class WidthPolicy:
         """An iteration that verified ``sequences`` at ``width`` took ``seconds``."""
         if sequences < 1 or width < 1 or seconds <= 0:
             return
-        self._samples.append((int(sequences), int(width), float(seconds)))
+        key = (int(sequences), int(width))
+        cell = self._cells.get(key)
+        if cell is None:
+            cell = self._cells[key] = collections.deque(maxlen=CELL_SAMPLES)
+        cell.append(float(seconds))
+        self._observed += 1
+        self._cell_seen[key] = self._observed
         self._fit_due -= 1
         if self._fit_due <= 0:
             self._fit = self._refit()
@@ -151,13 +171,12 @@ class WidthPolicy:
         """``(b, sizes, f)`` of ``t = f(B) + b * B * w``: ``b`` from the width differences within each batch
         size (weighted least squares over the median time of each (size, width) seen), ``f`` at each size
         seen; None until some batch size was seen at two widths."""
-        if len(self._samples) < MIN_FIT:
+        for key in [k for k, seen in self._cell_seen.items() if self._observed - seen > STALE]:
+            del self._cells[key], self._cell_seen[key]
+        if sum(len(secs) for secs in self._cells.values()) < MIN_FIT:
             return None
-        groups: Dict[Tuple[int, int], List[float]] = collections.defaultdict(list)
-        for bs, w, sec in self._samples:
-            groups[(bs, w)].append(sec)
         cells: Dict[int, List[Tuple[float, float, float]]] = collections.defaultdict(list)  # B -> (x, y, weight)
-        for (bs, w), secs in groups.items():
+        for (bs, w), secs in self._cells.items():
             cells[bs].append((float(bs * w), float(np.median(secs)), float(len(secs))))
         sxy = sxx = 0.0
         for rows in cells.values():
@@ -184,6 +203,28 @@ class WidthPolicy:
         return float(np.interp(sequences, sizes, fixed))
 
     # -- the choice -----------------------------------------------------
+    def free_width(self, sequences: int) -> Optional[Tuple[int, bool]]:
+        """Where rows are nearly free for a step of ``sequences`` (see module docstring): the step's width
+        (the full one; half of it on a probe step) and whether to rate its accepted paths
+        (:meth:`observe_paths`); None where the width is to be chosen by :meth:`width`.
+
+        >>> p = WidthPolicy(12)
+        >>> for _ in range(20):
+        ...     p.observe_step(1, 12, 0.0080); p.observe_step(1, 6, 0.0080)   # rows cost nothing
+        >>> p.free_width(1)
+        (12, False)
+        """
+        if self._fit is None:
+            return None
+        b = self._fit[0]
+        if b * sequences * (self.n - 1) >= MIN_GAIN * (self._fixed(sequences) + b * sequences):
+            return None
+        self._steps += 1
+        self._free_steps += 1
+        if self._free_steps % PROBE_FREE == 0:
+            return self._take(max(1, self.n // 2), "probe")[0], True
+        return self._take(self.n, "rows nearly free")[0], self._free_steps % RATE_FREE == 0
+
     def width(self, kinds: Sequence[str], in_use: Sequence[int]) -> Tuple[int, str]:
         """The width of a step whose sequences are of ``kinds`` with ``in_use`` nodes (the tree's last
         real node + 1) each, and why.
@@ -235,7 +276,8 @@ class WidthPolicy:
 
     def summary(self) -> dict:
         """What the policy measured, for ``/server_info``."""
-        out = {"steps": self._steps, "widths": dict(sorted(self.chosen.items()))}
+        out = {"steps": self._steps, "rows_nearly_free_steps": self._free_steps,
+               "widths": dict(sorted(self.chosen.items()))}
         if self._fit is not None:
             b, sizes, fixed = self._fit
             out["row_s"] = round(b, 7)

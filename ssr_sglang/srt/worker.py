@@ -64,7 +64,9 @@ class SSRWorker(NGRAMWorker):
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._kinds: Optional[list] = None  # ... and where its proposal came from (width policy)
         self._trees: Optional[tuple] = None  # (tokens, parents), (bs, n) each, of a step the width policy rates
-        self._last_rated: Optional[tuple] = None  # (sequences, width, start) of the last step it rated
+        self._last_rated: Optional[tuple] = None  # (sequences, width, start) of the last step it chose
+        self._free: Optional[tuple] = None  # (width, rate it) of a step where rows are nearly free
+        self._chosen = False  # the width policy chose the width of the step being prepared
         self._width = self.draft_token_num  # nodes verified in the current step
         # Overlap scheduling: per request of the batch being prepared, the previous step's accepted tokens
         # not yet in req.output_ids (None when nothing is pending; see ssr_sglang.srt.overlap)
@@ -92,13 +94,15 @@ class SSRWorker(NGRAMWorker):
             self.width_policy.observe_step(last[0], last[1], started - last[2])
         self._width = self.draft_token_num
         self._trees = None
+        self._chosen = False
         result = super().forward_batch_generation(batch, *args, **kwargs)
         if self._trees is not None:
             try:
                 self._rate_step(result)
-                self._last_rated = (len(batch.reqs), self._width, started)
             except Exception as e:  # noqa: BLE001 - never fail the batch: verify at the full width from now on
                 self._width_failed("rating a step", e)
+        if self._chosen and self.width_policy is not None:
+            self._last_rated = (len(batch.reqs), self._width, started)
         if self._width < self.draft_token_num:
             # Accepted tokens come back in rows of ``width``; SGLang reads rows of the full width.
             rows = result.next_token_ids.view(-1, self._width)
@@ -137,8 +141,10 @@ class SSRWorker(NGRAMWorker):
             req_drafts, mask = self._empty_proposals(batch)
         n = self.draft_token_num
         nn = n * n
-        widths = [n] * len(batch.reqs) if self.adaptive_width else None  # nodes in use, per request
-        kinds = [] if self.width_policy is not None else None
+        # Where rows are nearly free the width needs no per-request widths, and kinds only to rate the step.
+        self._free = free = self.width_policy.free_width(len(batch.reqs)) if self.width_policy is not None else None
+        widths = [n] * len(batch.reqs) if self.adaptive_width and free is None else None  # nodes in use, per request
+        kinds = [] if self.width_policy is not None and (free is None or free[1]) else None
         disabled = self.manager.disabled
         ngram_rows = []  # requests that keep the n-gram (or padding-only) rows
         for i, req in enumerate(batch.reqs):
@@ -196,6 +202,7 @@ class SSRWorker(NGRAMWorker):
     def _prepare_for_speculative_decoding(self, batch):
         self._widths = None
         self._kinds = None
+        self._free = None
         self._pending = None
         if batch.forward_mode.is_decode():
             self._pending = overlap.pending_tokens(self.enable_overlap, batch, self.draft_token_num)
@@ -206,7 +213,14 @@ class SSRWorker(NGRAMWorker):
             self._trees = None
             return
         # SGLang derives grammar masks and logprobs at the full width
-        if self._widths and not (batch.has_grammar or batch.return_logprob):
+        if batch.has_grammar or batch.return_logprob:
+            self._trees = None
+        elif self._free is not None:
+            self._chosen = True
+            if self._free[0] < self.draft_token_num:
+                self._narrow(batch, self._free[0])
+        elif self._widths:
+            self._chosen = self.width_policy is not None
             width = max(self._widths)
             if self.width_policy is not None:
                 try:
@@ -215,8 +229,6 @@ class SSRWorker(NGRAMWorker):
                     self._width_failed("choosing a width", e)
             if width < self.draft_token_num:
                 self._narrow(batch, width)
-        else:
-            self._trees = None
         consensus.note_tree(batch)  # TP ranks compare the trees (a no-op with one rank)
 
     def _narrow(self, batch, width: int) -> None:
