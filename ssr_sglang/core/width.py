@@ -30,8 +30,9 @@ Until both are known the width is the widest proposal; one step in ``PROBE_EVERY
 (so that the nodes beyond it keep being rated), at half the widest where the best is the widest (so
 that costs are seen at more than one width; half loses fewer accepted tokens than width 1 would).
 
-Where rows are nearly free at a batch size (``b * B * (n - 1) < MIN_GAIN * (f(B) + b * B)``: even
-width 1 could not beat the full width by ``MIN_GAIN``, whatever is accepted) the choice needs no
+Where rows are nearly free at a batch size (``b_B * B * (n - 1) < MIN_GAIN * (f(B) + b_B * B)``, ``b_B``
+fitted from that batch size's own widths, since matrix units make rows free at small batches and not at
+large ones: even width 1 could not beat the full width by ``MIN_GAIN``, whatever is accepted) the choice needs no
 acceptance at all: :meth:`WidthPolicy.free_width` verifies every node, padding included (free, and
 sometimes accepted), probes at half width one step in ``PROBE_FREE`` and asks for the accepted paths
 one step in ``RATE_FREE``, so such a step costs almost no bookkeeping. Costs are kept per (batch
@@ -134,6 +135,7 @@ class WidthPolicy:
         self._observed = 0
         self._fit: Optional[Tuple[float, np.ndarray, np.ndarray]] = None  # b, batch sizes seen, f at each
         self._fit_due = 0
+        self._local_b: Dict[int, float] = {}  # row cost from the widths seen at each batch size alone
         self._kinds: Dict[str, _Acceptance] = {}
         self._steps = 0
         self._probes = 0
@@ -179,11 +181,15 @@ class WidthPolicy:
         for (bs, w), secs in self._cells.items():
             cells[bs].append((float(bs * w), float(np.median(secs)), float(len(secs))))
         sxy = sxx = 0.0
-        for rows in cells.values():
+        self._local_b = {}
+        for bs, rows in cells.items():
             x, y, wt = (np.array(col) for col in zip(*rows))
             xm, ym = (wt @ x) / wt.sum(), (wt @ y) / wt.sum()
-            sxy += float(wt @ ((x - xm) * (y - ym)))
-            sxx += float(wt @ (x - xm) ** 2)
+            bxy, bxx = float(wt @ ((x - xm) * (y - ym))), float(wt @ (x - xm) ** 2)
+            if bxx > 0:
+                self._local_b[bs] = max(0.0, bxy / bxx)
+            sxy += bxy
+            sxx += bxx
         if sxx <= 0:
             return None
         b = max(0.0, sxy / sxx)
@@ -214,9 +220,9 @@ class WidthPolicy:
         >>> p.free_width(1)
         (12, False)
         """
-        if self._fit is None:
+        b = self._local_b.get(sequences) if self._fit is not None else None
+        if b is None:  # rows may cost at one batch size and not at another: judged on its own widths only
             return None
-        b = self._fit[0]
         if b * sequences * (self.n - 1) >= MIN_GAIN * (self._fixed(sequences) + b * sequences):
             return None
         self._steps += 1

@@ -136,3 +136,18 @@ def test_accepted_path_stops_at_the_width_and_at_a_mismatch():
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="n must be"):
         WidthPolicy(0)
+
+
+def test_rows_are_judged_free_per_batch_size():
+    """Matrix units make rows free at one sequence and not at eight: each batch size is judged on its own
+    widths, and one seen at a single width is not judged free at all."""
+    p = WidthPolicy(N)
+    for _ in range(10):
+        for w in (6, N):
+            p.observe_step(1, w, 0.008)  # free
+            p.observe_step(8, w, 0.010 + 0.0001 * 8 * w)  # 0.1 ms a row
+        p.observe_step(4, N, 0.009)  # one width only
+    p._fit = p._refit()
+    assert p.free_width(1) is not None
+    assert p.free_width(8) is None
+    assert p.free_width(4) is None
