@@ -172,7 +172,9 @@ class WidthPolicy:
     def _refit(self) -> Optional[Tuple[float, np.ndarray, np.ndarray]]:
         """``(b, sizes, f)`` of ``t = f(B) + b * B * w``: ``b`` from the width differences within each batch
         size (weighted least squares over the median time of each (size, width) seen), ``f`` at each size
-        seen; None until some batch size was seen at two widths."""
+        seen; None until some batch size was seen at two widths. Also refreshes each batch size's own row
+        cost (``_local_b``), so nothing of an earlier fit outlives this one."""
+        self._local_b = {}
         for key in [k for k, seen in self._cell_seen.items() if self._observed - seen > STALE]:
             del self._cells[key], self._cell_seen[key]
         if sum(len(secs) for secs in self._cells.values()) < MIN_FIT:
@@ -181,7 +183,6 @@ class WidthPolicy:
         for (bs, w), secs in self._cells.items():
             cells[bs].append((float(bs * w), float(np.median(secs)), float(len(secs))))
         sxy = sxx = 0.0
-        self._local_b = {}
         for bs, rows in cells.items():
             x, y, wt = (np.array(col) for col in zip(*rows))
             xm, ym = (wt @ x) / wt.sum(), (wt @ y) / wt.sum()

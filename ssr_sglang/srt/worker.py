@@ -64,7 +64,7 @@ class SSRWorker(NGRAMWorker):
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._kinds: Optional[list] = None  # ... and where its proposal came from (width policy)
         self._trees: Optional[tuple] = None  # (tokens, parents), (bs, n) each, of a step the width policy rates
-        self._last_rated: Optional[tuple] = None  # (sequences, width, start) of the last step it chose
+        self._last_timed: Optional[tuple] = None  # (sequences, width, start) of the last step it chose
         self._free: Optional[tuple] = None  # (width, rate it) of a step where rows are nearly free
         self._chosen = False  # the width policy chose the width of the step being prepared
         self._width = self.draft_token_num  # nodes verified in the current step
@@ -88,7 +88,7 @@ class SSRWorker(NGRAMWorker):
     # -- one step: timing, and the rows of a narrowed verify -------------------
     def forward_batch_generation(self, batch, *args, **kwargs):
         started = time.perf_counter()
-        last, self._last_rated = self._last_rated, None
+        last, self._last_timed = self._last_timed, None
         if last is not None and batch.forward_mode.is_decode() and self.width_policy is not None:
             # decode right after decode: the interval between their starts is the whole last iteration
             self.width_policy.observe_step(last[0], last[1], started - last[2])
@@ -102,7 +102,7 @@ class SSRWorker(NGRAMWorker):
             except Exception as e:  # noqa: BLE001 - never fail the batch: verify at the full width from now on
                 self._width_failed("rating a step", e)
         if self._chosen and self.width_policy is not None:
-            self._last_rated = (len(batch.reqs), self._width, started)
+            self._last_timed = (len(batch.reqs), self._width, started)
         if self._width < self.draft_token_num:
             # Accepted tokens come back in rows of ``width``; SGLang reads rows of the full width.
             rows = result.next_token_ids.view(-1, self._width)
