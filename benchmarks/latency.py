@@ -13,7 +13,8 @@ By default one server runs at a time (a CPU server takes about 5 GB): plain, the
 On the SSR server, each prompt goes to every SSR variant one after the other (batch 1), in an
 order rotated per prompt, so ``ssr`` against ``ssr_off`` and the ablations are side by side.
 ``--side-by-side`` keeps all servers up at once and rotates over every method per prompt, so
-drift of a noisy machine spreads evenly over plain and SSR too. Requests are streamed so the
+drift of a noisy machine spreads evenly over plain and SSR too. ``--restart-every N`` starts fresh
+server processes for every N prompts, so one slow process cannot decide a dataset's verdict. Requests are streamed so the
 reasoning phase (up to the think end, ``</think>``) and the answer phase are timed apart. Each
 request starts from an empty radix cache and n-gram corpus (``/flush_cache``; ``--keep-cache`` to
 keep them): otherwise a prompt's second run on the SSR server would reuse the first run's output.
@@ -79,6 +80,9 @@ def parse_args(argv=None):
     p.add_argument("--side-by-side", action="store_true",
                    help="all servers up at once, each prompt sent to every method in rotated order (needs "
                         "memory for every server: about 5 GB each on CPU); default: one server at a time")
+    p.add_argument("--restart-every", type=int, default=None, metavar="N",
+                   help="fresh server processes (and their warm-up) for every N prompts, so that one slow or fast "
+                        "process cannot decide a dataset's verdict (default: one set of servers for all prompts)")
     p.add_argument("--urls", default=None, help="servers already running, e.g. plain=http://127.0.0.1:30000,"
                    "ssr=http://127.0.0.1:30001 (started with the same settings as this script would use)")
     p.add_argument("--keep-cache", action="store_true",
@@ -115,7 +119,7 @@ def variants(args, bundled: bool) -> list:
 
 
 def run_all(args, model, prompts, vs, out_dir: Path, warmup: list) -> tuple:
-    """``({variant: [row per prompt]}, {server: ssr totals})``."""
+    """``({variant: [row per prompt]}, {server: [ssr totals per set of server processes]})``."""
     from ssr_sglang.main_job import server_args
 
     sargs = argparse.Namespace(device=args.device, num_draft_tokens=args.num_draft_tokens,
@@ -126,29 +130,37 @@ def run_all(args, model, prompts, vs, out_dir: Path, warmup: list) -> tuple:
     results = {name: [None] * len(prompts) for name, _, _ in vs}
     totals = {}
     groups = [needed] if args.side_by_side else [[s] for s in needed]
-    for group in groups:
-        bu.log(f"== starting server(s): {', '.join(group)}")
-        with contextlib.ExitStack() as stack:
-            servers = bu.start_servers(stack, {s: specs[s] for s in group}, out_dir, args.device,
-                                       running=bu.parse_urls(args.urls))
-            for w in warmup:  # not recorded; every server serves the same requests
-                for s in servers.values():
-                    bu.stream_generate(s.url, w["input_ids"], args.max_new_tokens, think_end=args.think_end,
-                                       flush=not args.keep_cache)
-            mine = [v for v in vs if v[1] in group]
-            jobs = []
-            for i in range(len(prompts)):
-                k = i % len(mine)
-                jobs += [(i, v) for v in mine[k:] + mine[:k]]  # rotate the order per prompt
-            for i, (name, server, cp) in bu.tqdm(jobs, desc="requests", unit="req"):
-                r = bu.stream_generate(servers[server].url, prompts[i]["input_ids"], args.max_new_tokens,
-                                       custom_params=cp, think_end=args.think_end, flush=not args.keep_cache)
-                r["id"] = prompts[i]["id"]
-                results[name][i] = r
-            for s, srv in servers.items():
-                if s == "ssr":
-                    totals[s] = bu.server_totals(srv.url)
+    every = args.restart_every or len(prompts)
+    blocks = [list(range(i, min(i + every, len(prompts)))) for i in range(0, len(prompts), every)]
+    for block in blocks:
+        for group in groups:
+            bu.log(f"== starting server(s): {', '.join(group)}"
+                   + (f" for prompts {block[0] + 1}-{block[-1] + 1}" if len(blocks) > 1 else ""))
+            with contextlib.ExitStack() as stack:
+                servers = bu.start_servers(stack, {s: specs[s] for s in group}, out_dir, args.device,
+                                           running=bu.parse_urls(args.urls))
+                run_block(args, servers, prompts, block, [v for v in vs if v[1] in group], warmup, results)
+                if "ssr" in servers:
+                    totals.setdefault("ssr", []).append(bu.server_totals(servers["ssr"].url))
     return results, totals
+
+
+def run_block(args, servers: dict, prompts: list, block: list, mine: list, warmup: list, results: dict) -> None:
+    """Warm every server up (not recorded), then send each prompt of ``block`` to every variant in
+    ``mine``, in an order rotated per prompt; rows go to ``results``."""
+    for w in warmup:
+        for s in servers.values():
+            bu.stream_generate(s.url, w["input_ids"], args.max_new_tokens, think_end=args.think_end,
+                               flush=not args.keep_cache)
+    jobs = []
+    for i in block:
+        k = i % len(mine)
+        jobs += [(i, v) for v in mine[k:] + mine[:k]]
+    for i, (name, server, cp) in bu.tqdm(jobs, desc="requests", unit="req"):
+        r = bu.stream_generate(servers[server].url, prompts[i]["input_ids"], args.max_new_tokens,
+                               custom_params=cp, think_end=args.think_end, flush=not args.keep_cache)
+        r["id"] = prompts[i]["id"]
+        results[name][i] = r
 
 
 def summarize(results: dict, prompts: list) -> dict:
@@ -327,7 +339,11 @@ def markdown(summary: dict, results: dict, header: str) -> str:
                   "comparison). Draft overhead, in-request: extra time of reasoning steps that carried a draft over "
                   "the request's draft-free steps, plus draft prefill and forks. Draft cost vs ssr_off: reasoning "
                   f"+ draft prefill + forks minus the same prompt's reasoning with SSR off:\n\n{stages}")
-    return f"{header}\n\n{table}{stages}\n\nPer-sample latency:\n\n{per}\n"
+    from ssr_sglang.main_job import versus_line
+
+    vs_ngram = versus_line(summary, unit="prompt")
+    vs_ngram = f"\n\n{vs_ngram}" if vs_ngram else ""
+    return f"{header}\n\n{table}{vs_ngram}{stages}\n\nPer-sample latency:\n\n{per}\n"
 
 
 def plots(results: dict, summary: dict, out_dir: Path) -> list:
@@ -402,6 +418,8 @@ def main(argv=None) -> int:
     mode = ("all servers up at once, order rotated per prompt" if args.side_by_side else
             "one server at a time (plain, then SSR with its per-request variants in rotated order, then NGRAM)")
     mode += ", caches kept between requests" if args.keep_cache else ", each request from an empty cache"
+    if args.restart_every and args.restart_every < len(prompts):
+        mode += f", fresh server processes every {args.restart_every} prompts"
     header = (f"{stamp}, {bu.machine()}; `{cmd}`\n\n{len(prompts)} prompts of `{args.dataset}`, model "
               f"`{Path(model).name}`, {args.device}, greedy, batch 1, {mode}; wall {time.time() - t0:.0f} s.")
     md = markdown(summary, results, header)

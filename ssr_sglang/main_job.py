@@ -152,8 +152,11 @@ def summarize(results: dict, tasks_) -> dict:
         lat = [r["latency"] for r in rows]
         ans = [r["answer_time"] for r in rows if r["answer_time"] is not None]
         reas = [r["reasoning_time"] for r in rows if r["reasoning_time"] is not None]
+        steps = [r["reasoning_steps"] for r in rows if r.get("reasoning_steps")]
         s = {"mean_latency_s": statistics.mean(lat), "mean_answer_time_s": statistics.mean(ans) if ans else None,
-             "mean_reasoning_time_s": statistics.mean(reas) if reas else None}
+             "mean_reasoning_time_s": statistics.mean(reas) if reas else None,
+             # decode steps up to the think end (speculative servers only): fewer, or cheaper, steps
+             "mean_reasoning_steps": statistics.mean(steps) if len(steps) == len(rows) else None}
         if base is not None:
             s["identical_to_plain"] = sum(r["output_ids"] == b["output_ids"] for r, b in zip(rows, base))
             s["e2e_speedup"] = statistics.mean(b["latency"] for b in base) / s["mean_latency_s"]
@@ -208,15 +211,15 @@ def versus(base: list, other: list) -> dict:
             "reasoning_ratio": sum(o for _, o in reas) / sum(b for b, _ in reas) if reas else None}
 
 
-def versus_line(summary: dict) -> str:
+def versus_line(summary: dict, unit: str = "task") -> str:
     v = summary.get("ssr", {}).get("vs_ngram")
     if not v:
         return ""
     pt, r = v["per_task"], v["reasoning_ratio"]
     reasoning = f"; SSR's reasoning phase {100 * (r - 1):+.1f}% against NGRAM's" if r else ""
-    return (f"SSR against NGRAM, task by task: {v['speedup']:.2f}x (95% CI {v['ci95'][0]:.2f}-{v['ci95'][1]:.2f}), "
-            f"per task min / median / max {pt['min']:.2f} / {pt['median']:.2f} / {pt['max']:.2f}, "
-            f"{pt['slower']} tasks slower{reasoning}")
+    return (f"SSR against NGRAM, {unit} by {unit}: {v['speedup']:.2f}x (95% CI {v['ci95'][0]:.2f}-{v['ci95'][1]:.2f}), "
+            f"per {unit} min / median / max {pt['min']:.2f} / {pt['median']:.2f} / {pt['max']:.2f}, "
+            f"{pt['slower']} {unit}s slower{reasoning}")
 
 
 def markdown(summary: dict, n: int) -> str:
@@ -236,15 +239,18 @@ def markdown(summary: dict, n: int) -> str:
 
 def spread_markdown(summary: dict) -> str:
     lines = ["| method | e2e speedup (95% CI) | per-task speedup min / median / max | tasks slower than plain "
-             "| reasoning (s) | answer (s) | drafting overhead per task (s) |", "|---|---|---|---|---|---|---|"]
+             "| reasoning (s) | reasoning steps | answer (s) | drafting overhead per task (s) |",
+             "|---|---|---|---|---|---|---|---|"]
     for m, s in summary.items():
         ci, pt = s.get("e2e_speedup_ci95"), s.get("per_task_speedup")
         ci_s = f"{s['e2e_speedup']:.2f}x ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "—"
         pt_s = f"{pt['min']:.2f} / {pt['median']:.2f} / {pt['max']:.2f}" if pt else "—"
         slower = pt["slower_than_plain"] if pt else "—"
         f = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+        steps = s.get("mean_reasoning_steps")
         lines.append(f"| {m} | {ci_s} | {pt_s} | {slower} | {f(s.get('mean_reasoning_time_s'))} "
-                     f"| {f(s.get('mean_answer_time_s'))} | {f(s.get('draft_overhead_s'))} |")
+                     f"| {'—' if steps is None else f'{steps:.1f}'} | {f(s.get('mean_answer_time_s'))} "
+                     f"| {f(s.get('draft_overhead_s'))} |")
     return "\n".join(lines)
 
 

@@ -22,7 +22,9 @@ def flush_cache(url: str, timeout: float = 60) -> None:
 def run_one(url: str, input_ids, max_new_tokens: int, custom_params=None, think_end: str = "</think>",
             timeout: float = 1800, flush: bool = False) -> dict:
     """One greedy request, streamed: latency, time to first token, reasoning and answer time
-    (split at ``think_end``), tokens before the think end, output and SSR metrics. ``flush``: start
+    (split at ``think_end``), tokens and decode steps up to the think end (streamed chunks after
+    the first: SGLang streams each step's tokens at the default ``stream_interval`` of 1), output and
+    SSR metrics. ``flush``: start
     from an empty cache (:func:`flush_cache`; not timed)."""
     if flush:
         flush_cache(url)
@@ -31,18 +33,21 @@ def run_one(url: str, input_ids, max_new_tokens: int, custom_params=None, think_
         sp["custom_params"] = custom_params
     body = {"input_ids": list(input_ids), "stream": True, "sampling_params": sp}
     t0 = time.perf_counter()
-    t_first = t_think_end = reasoning_tokens = last = None
+    t_first = t_think_end = reasoning_tokens = reasoning_steps = last = None
+    chunks = 0
     with requests.post(url + "/generate", json=body, stream=True, timeout=timeout) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith(b"data:") or line == b"data: [DONE]":
                 continue
             last = json.loads(line[5:])
+            chunks += 1
             if t_first is None:
                 t_first = time.perf_counter()
             if t_think_end is None and think_end in last.get("text", ""):
                 t_think_end = time.perf_counter()
                 reasoning_tokens = last["meta_info"].get("completion_tokens")
+                reasoning_steps = chunks - 1
     t1 = time.perf_counter()
     if last is None:
         raise RuntimeError(f"{url}: empty stream")
@@ -53,6 +58,8 @@ def run_one(url: str, input_ids, max_new_tokens: int, custom_params=None, think_
         "reasoning_time": (t_think_end - t0) if t_think_end else None,
         "answer_time": (t1 - t_think_end) if t_think_end else None,
         "reasoning_tokens": reasoning_tokens,
+        "reasoning_steps": reasoning_steps,
+        "steps": chunks - 1,
         "text": last["text"],
         "output_ids": last.get("output_ids"),
         "completion_tokens": meta["completion_tokens"],

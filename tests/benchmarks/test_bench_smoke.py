@@ -75,8 +75,10 @@ def test_dataset_loaders():
 
 def test_latency_smoke(tmp_path, urls):
     out = run_script("latency.py", "--n", "2", "--warmup", "1", "--methods", "plain,ssr", "--ablations", "--urls", urls,
-                     "--single-checkpoints", "32", "--max-drafts-sweep", "2", "--out", str(tmp_path))
+                     "--single-checkpoints", "32", "--max-drafts-sweep", "2", "--restart-every", "1",
+                     "--out", str(tmp_path))
     res = json.loads((tmp_path / "results.json").read_text())
+    assert len(res["server_totals"]["ssr"]) == 2  # one set of servers per prompt (here: the running ones)
     s = res["summary"]
     assert set(s) == {"plain", "ssr", "prefix_only", "suffix_only", "single@32", "every16x2"}
     assert s["ssr"]["identical_to_baseline"] == 2 and s["ssr"]["answers_correct"] == 2
