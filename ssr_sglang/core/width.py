@@ -132,6 +132,7 @@ class WidthPolicy:
         self.n = n
         self._cells: Dict[Tuple[int, int], Deque[float]] = {}  # (batch size, width) -> recent seconds
         self._cell_seen: Dict[Tuple[int, int], int] = {}  # ... -> observation count when last observed
+        self._medians: Dict[Tuple[int, int], float] = {}  # ... -> median of its samples, until it changes
         self._observed = 0
         self._fit: Optional[Tuple[float, np.ndarray, np.ndarray]] = None  # b, batch sizes seen, f at each
         self._fit_due = 0
@@ -152,6 +153,7 @@ class WidthPolicy:
         if cell is None:
             cell = self._cells[key] = collections.deque(maxlen=CELL_SAMPLES)
         cell.append(float(seconds))
+        self._medians.pop(key, None)
         self._observed += 1
         self._cell_seen[key] = self._observed
         self._fit_due -= 1
@@ -177,11 +179,15 @@ class WidthPolicy:
         self._local_b = {}
         for key in [k for k, seen in self._cell_seen.items() if self._observed - seen > STALE]:
             del self._cells[key], self._cell_seen[key]
+            self._medians.pop(key, None)
         if sum(len(secs) for secs in self._cells.values()) < MIN_FIT:
             return None
         cells: Dict[int, List[Tuple[float, float, float]]] = collections.defaultdict(list)  # B -> (x, y, weight)
-        for (bs, w), secs in self._cells.items():
-            cells[bs].append((float(bs * w), float(np.median(secs)), float(len(secs))))
+        for key, secs in self._cells.items():
+            med = self._medians.get(key)
+            if med is None:  # only cells observed since the last fit (at most MIN_FIT) are sorted again
+                med = self._medians[key] = float(np.median(secs))
+            cells[key[0]].append((float(key[0] * key[1]), med, float(len(secs))))
         sxy = sxx = 0.0
         for bs, rows in cells.items():
             x, y, wt = (np.array(col) for col in zip(*rows))

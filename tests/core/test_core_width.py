@@ -151,3 +151,20 @@ def test_rows_are_judged_free_per_batch_size():
     assert p.free_width(1) is not None
     assert p.free_width(8) is None
     assert p.free_width(4) is None
+
+
+def test_cached_cell_medians_give_the_fit_a_fresh_computation_gives():
+    """A refit sorts again only the cells observed since the last one; the fit is the same as from
+    every cell's median computed afresh, also after cells went stale and were dropped."""
+    rng = random.Random(3)
+    p = WidthPolicy(N)
+    for i in range(1, 8001):
+        bs = rng.choice((1, 2, 3, 5, 8)) if i < 3000 else rng.choice((1, 2))  # 3, 5, 8 go stale later
+        w = rng.choice((1, 4, 6, 12))
+        p.observe_step(bs, w, (0.004 + 0.001 * bs + 0.0002 * bs * w) * rng.uniform(0.8, 1.2))
+        if i % 997 == 0 or i == 8000:
+            cached = p._refit()
+            p._medians.clear()
+            fresh = p._refit()
+            assert cached[0] == fresh[0] and list(cached[1]) == list(fresh[1]) and list(cached[2]) == list(fresh[2])
+    assert set(p._medians) == set(p._cells) and {bs for bs, _ in p._cells} == {1, 2}
