@@ -66,6 +66,10 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=1, help="repeat the sweep this many times (figures pooled)")
     p.add_argument("--restart-servers", action="store_true",
                    help="start fresh servers for every round (a slow server process then weighs on one round only)")
+    p.add_argument("--warmup", type=int, default=8,
+                   help="requests every server serves one after the other before it is measured, not recorded "
+                        "(prompts after the measured ones): a long-lived SSR server's drafting policy has learned "
+                        "from its traffic, a fresh one has not (at least one)")
     p.add_argument("--concurrency", default="1,4,16,64")
     p.add_argument("--min-requests", type=int, default=4, help="requests per level at least")
     p.add_argument("--max-requests", type=int, default=64, help="requests per level at most")
@@ -193,8 +197,9 @@ def main(argv=None) -> int:
         # mid-verify crashes a CPU NGRAM/SSR server (assign_req_to_token_pool size mismatch)
         room = args.max_new_tokens + 2 * args.num_draft_tokens + 16
         max_prompt = ctx - room if ctx and ctx > room else None
-    prompts = bu.tokenize(bu.load_dataset(args.dataset, n_prompts, args.data_root, args.seed, args.prompts),
-                          tokenizer, max_prompt)
+    loaded = bu.tokenize(bu.load_dataset(args.dataset, n_prompts + args.warmup, args.data_root, args.seed,
+                                         args.prompts), tokenizer, max_prompt)
+    prompts, warmup = loaded[:n_prompts], loaded[n_prompts:] or loaded[:1]
     max_c = max(c for c, _ in levels)
     extra = f" --max-running-requests {2 * max_c + 8}"
     if args.device == "cpu":
@@ -235,7 +240,8 @@ def main(argv=None) -> int:
                                                 servers[n][1]) for n in group},
                                     out_dir, args.device, running=bu.parse_urls(args.urls))
             for name, srv in srvs.items():
-                bu.stream_generate(srv.url, prompts[0]["input_ids"], args.max_new_tokens)  # warm-up, not recorded
+                for w in warmup:  # not recorded; every level then starts from an empty cache
+                    bu.stream_generate(srv.url, w["input_ids"], args.max_new_tokens, think_end=args.think_end)
                 if args.overhead_n and name in ("plain", "ssr", "ssr_nofallback") and block[0] == 0:
                     over[name] = overhead(srv.url, prompts[: args.overhead_n], args, with_off=(name != "plain"))
             names = [n for n in group if n in runs]
@@ -340,8 +346,8 @@ def markdown(stamp, cmd, args, model, over, sweep, verdict, wall) -> str:
     f = bu.fmt
     parts = [f"{stamp}, {bu.machine()}; `{cmd}`\n\nModel `{Path(model).name}`, {args.device}, dataset "
              f"`{args.dataset}`, greedy; {'servers up at once, order rotated' if args.side_by_side else 'servers one at a time'}, "
-             f"{args.rounds} round(s){' on fresh servers each' if args.restart_servers else ''}, each level from an "
-             f"empty cache; wall {wall:.0f} s."]
+             f"{args.rounds} round(s){' on fresh servers each' if args.restart_servers else ''}, "
+             f"{max(1, args.warmup)} warm-up request(s) per server, each level from an empty cache; wall {wall:.0f} s."]
     if over:
         rows = []
         for name in ("plain", "ssr", "ssr_nofallback"):

@@ -100,7 +100,7 @@ def test_latency_smoke(tmp_path, urls):
 
 def test_load_smoke(tmp_path, urls):
     run_script("load.py", "--methods", "plain,ssr", "--max-batch", "", "--concurrency", "1,2", "--urls", urls,
-               "--min-requests", "2", "--overhead-n", "2", "--no-fallback-none-overhead", "--out",
+               "--min-requests", "2", "--overhead-n", "2", "--no-fallback-none-overhead", "--warmup", "1", "--out",
                str(tmp_path))
     res = json.loads((tmp_path / "results.json").read_text())
     assert set(res["sweep"]) == {"plain", "ssr"}
