@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ssr_sglang.cpu import ops
+from ssr_sglang.cpu.attention_ops import _attend as _ATTEND
 from ssr_sglang.cpu.attention_ops import decode_attention_cpu, extend_attention_cpu
 
 SEEDS = [0, 1, 2]
@@ -349,17 +350,23 @@ def test_extend_sliding_window_and_noncausal(seed, is_causal):
         torch.testing.assert_close(out.double(), ref, **_tol(torch.float32))
 
 
-def test_extend_query_chunking(monkeypatch):
+@pytest.mark.parametrize("window", [9, 0])  # the per-request path (a window), the batched one (none)
+def test_extend_query_chunking(monkeypatch, window):
     """Long extends are processed in query chunks; results must not depend on the chunk size."""
     import ssr_sglang.cpu.attention_ops as attn
 
-    prefix, ext = [5], [40]
+    prefix, ext = [5, 2], [40, 40]
     b = _make_batch(0, prefix_lens=prefix, ext_lens=ext, h=4, hkv=2, d=8, dv=8, dtype=torch.float32)
-    full = _run_extend(b, h=4, dv=8, scale=0.3, window=9)
-    monkeypatch.setattr(attn, "_MAX_SCORE_ELEMS", 4 * 45 * 3)  # 3 queries per chunk
-    chunked = _run_extend(b, h=4, dv=8, scale=0.3, window=9)
+    assert attn._batchable(ext, b["starts"].tolist(), b["seq_lens"].tolist(), 4)
+    full = _run_extend(b, h=4, dv=8, scale=0.3, window=window)
+    calls = []
+    monkeypatch.setattr(attn, "_attend", lambda q, *a: calls.append(q.shape[1]) or _ATTEND(q, *a))
+    monkeypatch.setattr(attn, "_CHUNK_SCORE_ELEMS", 2 * 4 * 45 * 3)  # 3 queries per chunk (6 per request alone)
+    chunked = _run_extend(b, h=4, dv=8, scale=0.3, window=window)
+    assert max(calls) <= 6 and len(calls) >= 14, calls
     torch.testing.assert_close(chunked, full)
-    torch.testing.assert_close(full.double(), _ref_extend(b, prefix, ext, scale=0.3, window=9), **_tol(torch.float32))
+    ref = _ref_extend(b, prefix, ext, scale=0.3, window=window)
+    torch.testing.assert_close(full.double(), ref, **_tol(torch.float32))
 
 
 def test_extend_fp8_cache_scales_and_loose_scalars():
