@@ -14,8 +14,9 @@ On the SSR server, each prompt goes to every SSR variant one after the other (ba
 order rotated per prompt, so ``ssr`` against ``ssr_off`` and the ablations are side by side.
 ``--side-by-side`` keeps all servers up at once and rotates over every method per prompt, so
 drift of a noisy machine spreads evenly over plain and SSR too. ``--restart-every N`` starts fresh
-server processes for every N prompts, so one slow process cannot decide a dataset's verdict. Requests are streamed so the
-reasoning phase (up to the think end, ``</think>``) and the answer phase are timed apart. Each
+server processes for every N prompts, so one slow process cannot decide a dataset's verdict.
+Requests are streamed so the reasoning phase (up to the think end, ``</think>``) and the answer
+phase are timed apart. Each
 request starts from an empty radix cache and n-gram corpus (``/flush_cache``; ``--keep-cache`` to
 keep them): otherwise a prompt's second run on the SSR server would reuse the first run's output.
 

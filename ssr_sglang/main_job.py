@@ -152,10 +152,10 @@ def summarize(results: dict, tasks_) -> dict:
         lat = [r["latency"] for r in rows]
         ans = [r["answer_time"] for r in rows if r["answer_time"] is not None]
         reas = [r["reasoning_time"] for r in rows if r["reasoning_time"] is not None]
-        steps = [r["reasoning_steps"] for r in rows if r.get("reasoning_steps")]
+        steps = [r["reasoning_steps"] for r in rows if r.get("reasoning_steps") is not None]
         s = {"mean_latency_s": statistics.mean(lat), "mean_answer_time_s": statistics.mean(ans) if ans else None,
              "mean_reasoning_time_s": statistics.mean(reas) if reas else None,
-             # decode steps up to the think end (speculative servers only): fewer, or cheaper, steps
+             # decode steps up to the think end: does a method reason in fewer steps, or in cheaper ones?
              "mean_reasoning_steps": statistics.mean(steps) if len(steps) == len(rows) else None}
         if base is not None:
             s["identical_to_plain"] = sum(r["output_ids"] == b["output_ids"] for r, b in zip(rows, base))

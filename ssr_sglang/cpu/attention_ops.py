@@ -42,9 +42,8 @@ EXACT_VERIFY = os.environ.get("SSR_CPU_EXACT_VERIFY", "") == "1"
 # Upper bound on float32 score elements of one batched extend call (else a loop over requests).
 _MAX_SCORE_ELEMS = 1 << 24
 # Queries go in chunks of at most this many float32 score elements (4 MB): the softmax's temporaries then
-# stay in cache and are not mapped afresh from the OS on every call. A 768-token prefill of a 4-head model
-# ran a layer's attention in 14-24 ms in one pass and in 7-12 ms in chunks (2026-12-02, 2-core Xeon); a
-# verify step (12 queries) is one chunk.
+# stay in cache and are not mapped afresh from the OS on every call (one pass over a long prefill's scores
+# was slower, by how much depending on the process's allocator state). A verify step is one chunk.
 _CHUNK_SCORE_ELEMS = 1 << 20
 
 _FP8_DTYPES = tuple(
