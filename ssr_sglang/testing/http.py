@@ -22,10 +22,9 @@ def flush_cache(url: str, timeout: float = 60) -> None:
 def run_one(url: str, input_ids, max_new_tokens: int, custom_params=None, think_end: str = "</think>",
             timeout: float = 1800, flush: bool = False) -> dict:
     """One greedy request, streamed: latency, time to first token, reasoning and answer time
-    (split at ``think_end``), tokens and decode steps up to the think end (streamed chunks after
-    the first: SGLang streams each step's tokens at the default ``stream_interval`` of 1), output and
-    SSR metrics. ``flush``: start
-    from an empty cache (:func:`flush_cache`; not timed)."""
+    (split at ``think_end``), tokens and decode steps up to the think end (steps: streamed chunks
+    after the first, as SGLang streams each step's tokens at its default ``stream_interval`` of 1),
+    output and SSR metrics. ``flush``: start from an empty cache (:func:`flush_cache`; not timed)."""
     if flush:
         flush_cache(url)
     sp = {"max_new_tokens": max_new_tokens, "temperature": 0, "skip_special_tokens": False}
