@@ -33,7 +33,8 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 __all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size", "nodes_in_use",
-           "parents_from_mask", "distinct_siblings", "distinct_siblings_batch", "duplicate_siblings"]
+           "nodes_in_use_batch", "parents_from_mask", "parents_batch", "distinct_siblings", "distinct_siblings_batch",
+           "duplicate_siblings"]
 
 PAD_TOKEN = 0
 NO_LABEL = -1
@@ -207,6 +208,17 @@ def nodes_in_use(tokens, mask, n: int) -> int:
     return 1
 
 
+def nodes_in_use_batch(tokens, parents) -> np.ndarray:
+    """:func:`nodes_in_use` of ``B`` trees at once, from their ``(B, n)`` tokens and parents
+    (:func:`parents_batch`): a node is padding where its token is 0 and its parent the root.
+
+    >>> nodes_in_use_batch(np.array([[9, 5, 0, 0], [9, 0, 0, 0]]), np.array([[-1, 0, 0, 0]] * 2)).tolist()
+    [2, 1]
+    """
+    real = (np.asarray(tokens) != 0) | (np.asarray(parents) != 0)
+    real[:, 0] = True
+    return real.shape[1] - np.argmax(real[:, ::-1], axis=1)
+
 
 @lru_cache(maxsize=64)
 def _strictly_lower(n: int) -> np.ndarray:
@@ -254,17 +266,19 @@ def duplicate_siblings(tokens, mask, n: int) -> int:
     return dups
 
 
-def distinct_siblings(tokens, mask, n: int) -> int:
+def distinct_siblings(tokens, mask, n: int, parents=None) -> int:
     """Give every node whose token repeats an earlier sibling's the smallest id no sibling has, in place.
 
     The tree stays a valid proposal (any token may be proposed; verification decides), and no two
-    siblings share a token.  Returns how many nodes were renamed.  Example: SGLang's n-gram padding
+    siblings share a token.  Returns how many nodes were renamed.  ``parents``: the tree's parents
+    where already known (then ``mask`` is not read).  Example: SGLang's n-gram padding
     ``tokens = [t, 5, 0, 0, 0]`` with all four nodes under the root becomes ``[t, 5, 0, 1, 2]``.
     """
     if len(set(tokens[1:].tolist())) == n - 1:  # no token repeats anywhere: nothing to rename
         return 0
     renamed = 0
-    for kids in _sibling_groups(tokens, parents_from_mask(mask, n)).values():
+    parents = parents_from_mask(mask, n) if parents is None else np.asarray(parents)
+    for kids in _sibling_groups(tokens, parents).values():
         if len(kids) < 2:
             continue
         taken = {int(tokens[i]) for i in kids}
@@ -280,10 +294,11 @@ def distinct_siblings(tokens, mask, n: int) -> int:
     return renamed
 
 
-def distinct_siblings_batch(tokens: np.ndarray, mask, n: int) -> int:
+def distinct_siblings_batch(tokens: np.ndarray, mask, n: int, parents=None) -> int:
     """:func:`distinct_siblings` for ``B`` trees at once, vectorised (the same renaming; cheaper than a loop
     over the trees from about 6 trees on): ``tokens`` a writable ``(B, n)`` array (renamed in place),
-    ``mask`` their ``B * n * n`` ancestor-or-self masks; returns the nodes renamed in all.
+    ``mask`` their ``B * n * n`` ancestor-or-self masks, or ``parents`` their ``(B, n)`` parents where
+    already known; returns the nodes renamed in all.
 
     Among the children of one parent, the first holder of a token keeps it; the ``r``-th later repeat
     (``r`` counted over all repeats under that parent, in node order) gets the ``r``-th smallest id
@@ -294,7 +309,7 @@ def distinct_siblings_batch(tokens: np.ndarray, mask, n: int) -> int:
     b = tokens.shape[0]
     if b == 0 or n < 3:
         return 0  # at most one child: nothing can repeat
-    parents = _parents(mask, n)
+    parents = _parents(mask, n) if parents is None else np.array(parents, dtype=np.int64)  # a copy: changed below
     parents[:, 0] = n  # the root has no siblings: a group of its own
     earlier = (parents[:, :, None] == parents[:, None, :]) & _strictly_lower(n)  # [b, i, j]: sibling j before i
     repeat = (earlier & (tokens[:, :, None] == tokens[:, None, :])).any(axis=2)

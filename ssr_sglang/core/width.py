@@ -30,9 +30,11 @@ Until both are known the width is the widest proposal; one step in ``PROBE_EVERY
 (so that the nodes beyond it keep being rated), at half the widest where the best is the widest (so
 that costs are seen at more than one width; half loses fewer accepted tokens than width 1 would).
 
-Where rows are nearly free at a batch size (``b_B * B * (n - 1) < MIN_GAIN * (f(B) + b_B * B)``, ``b_B``
+Where rows are nearly free at a batch size (``b_B * B * (n - 1) < MIN_GAIN * (f(B) + b_B * B) + c``, ``b_B``
 fitted from that batch size's own widths, since matrix units make rows free at small batches and not at
-large ones: even width 1 could not beat the full width by ``MIN_GAIN``, whatever is accepted) the choice needs no
+large ones, and ``c`` the measured cost of choosing a width at that batch size, the per-request bookkeeping
+of a chosen step (:meth:`WidthPolicy.observe_choice`): even width 1 could not beat the full width by ``MIN_GAIN`` once the
+choice is paid for, whatever is accepted) the choice needs no
 acceptance at all: :meth:`WidthPolicy.free_width` verifies every node, padding included (free, and
 sometimes accepted), probes at half width one step in ``PROBE_FREE`` and asks for the accepted paths
 one step in ``RATE_FREE``, so such a step costs almost no bookkeeping. Costs are kept per (batch
@@ -59,6 +61,7 @@ DECAY = 1.0 - 1.0 / 2048  # per observed node: older paths weigh less
 PRIOR = 1.0  # pseudo observations behind an unrated node's acceptance ...
 PRIOR_P = 0.5  # ... at this rate (optimistic: an unrated node gets verified, and so rated)
 MIN_GAIN = 0.02  # a narrower width must beat the widest by this share of tokens per second
+CHOICE_DECAY = 1.0 / 64  # weight of the newest chosen step in the mean cost of choosing
 
 
 def accepted_path(tokens: Sequence[int], parents: Sequence[int], out: Sequence[int], accepted: int,
@@ -93,12 +96,13 @@ class _Acceptance:
     """Per node of one kind of tree: decayed counts of steps that verified it and of those that
     accepted it."""
 
-    __slots__ = ("seen", "hits", "steps")
+    __slots__ = ("seen", "hits", "steps", "_cumulative")
 
     def __init__(self, n: int) -> None:
         self.seen = np.zeros(n)
         self.hits = np.zeros(n)
         self.steps = 0
+        self._cumulative: Optional[np.ndarray] = None  # until the next add
 
     def add(self, paths: Sequence[Sequence[int]], verified: int) -> None:
         m = len(paths)
@@ -109,12 +113,17 @@ class _Acceptance:
         for path in paths:
             self.hits[list(path)] += 1.0
         self.steps += m
+        self._cumulative = None
 
     def cumulative(self) -> np.ndarray:
-        """``c[w - 1]``: expected tokens committed at width ``w`` (1 + the nodes below ``w``)."""
-        p = (self.hits + PRIOR * PRIOR_P) / (self.seen + PRIOR)
-        p[0] = 1.0
-        return np.cumsum(p)
+        """``c[w - 1]``: expected tokens committed at width ``w`` (1 + the nodes below ``w``); read-only,
+        kept until the next :meth:`add`."""
+        if self._cumulative is None:
+            p = (self.hits + PRIOR * PRIOR_P) / (self.seen + PRIOR)
+            p[0] = 1.0
+            self._cumulative = np.cumsum(p)
+            self._cumulative.flags.writeable = False
+        return self._cumulative
 
 
 class WidthPolicy:
@@ -122,7 +131,8 @@ class WidthPolicy:
 
     Lifecycle per verify step: :meth:`free_width` with the batch size; where it returns None,
     :meth:`width` with the batch's kinds and nodes in use; then after the forward
-    :meth:`observe_paths` per kind (where asked for), and once the iteration is over :meth:`observe_step`.
+    :meth:`observe_paths` per kind (where asked for) and, for a step :meth:`width` chose, :meth:`observe_choice`;
+    once the iteration is over :meth:`observe_step`.
     Not thread-safe (one per scheduler process).
     """
 
@@ -135,12 +145,15 @@ class WidthPolicy:
         self._medians: Dict[Tuple[int, int], float] = {}  # ... -> median of its samples, until it changes
         self._observed = 0
         self._fit: Optional[Tuple[float, np.ndarray, np.ndarray]] = None  # b, batch sizes seen, f at each
+        self._fixed_at: Dict[int, float] = {}  # batch size -> f of the current fit
         self._fit_due = 0
         self._local_b: Dict[int, float] = {}  # row cost from the widths seen at each batch size alone
         self._kinds: Dict[str, _Acceptance] = {}
         self._steps = 0
         self._probes = 0
         self._free_steps = 0
+        self._choice_s: Dict[int, float] = {}  # batch size -> mean seconds a chosen step spends choosing
+        self._choice_n: Dict[int, int] = {}  # ... -> steps behind that mean
         self.chosen = collections.Counter()  # width -> steps (summary)
 
     # -- measurements ---------------------------------------------------
@@ -159,7 +172,17 @@ class WidthPolicy:
         self._fit_due -= 1
         if self._fit_due <= 0:
             self._fit = self._refit()
+            self._fixed_at = {}
             self._fit_due = MIN_FIT
+
+    def observe_choice(self, sequences: int, seconds: float) -> None:
+        """A step of ``sequences`` whose width was chosen (:meth:`width`) spent ``seconds`` on the bookkeeping
+        the choice needs (nodes in use, the rating, the narrowing), beyond what a step at the full width does."""
+        if sequences < 1 or seconds < 0:
+            return
+        mean, count = self._choice_s.get(sequences, 0.0), self._choice_n.get(sequences, 0) + 1
+        self._choice_n[sequences] = count  # a plain mean over the first steps, then a decayed one
+        self._choice_s[sequences] = mean + max(CHOICE_DECAY, 1.0 / count) * (seconds - mean)
 
     def observe_paths(self, kind: str, paths: Sequence[Sequence[int]], verified: int) -> None:
         """Sequences of ``kind`` had nodes ``1 .. verified - 1`` verified, and accepted ``paths``
@@ -206,7 +229,14 @@ class WidthPolicy:
         return b, sizes, fixed
 
     def _fixed(self, sequences: int) -> float:
-        """``f(B)``: measured at ``B``, interpolated between sizes seen, extrapolated linearly beyond."""
+        """``f(B)``: measured at ``B``, interpolated between sizes seen, extrapolated linearly beyond (kept
+        per batch size until the next fit)."""
+        f = self._fixed_at.get(sequences)
+        if f is None:
+            f = self._fixed_at[sequences] = self._fixed_of_fit(sequences)
+        return f
+
+    def _fixed_of_fit(self, sequences: int) -> float:
         _, sizes, fixed = self._fit
         if len(sizes) == 1:
             return float(fixed[0])
@@ -230,7 +260,8 @@ class WidthPolicy:
         b = self._local_b.get(sequences) if self._fit is not None else None
         if b is None:  # rows may cost at one batch size and not at another: judged on its own widths only
             return None
-        if b * sequences * (self.n - 1) >= MIN_GAIN * (self._fixed(sequences) + b * sequences):
+        choosing = self._choice_s.get(sequences, 0.0)
+        if b * sequences * (self.n - 1) >= MIN_GAIN * (self._fixed(sequences) + b * sequences) + choosing:
             return None
         self._steps += 1
         self._free_steps += 1
@@ -290,6 +321,7 @@ class WidthPolicy:
     def summary(self) -> dict:
         """What the policy measured, for ``/server_info``."""
         out = {"steps": self._steps, "rows_nearly_free_steps": self._free_steps,
+               "choice_s": {k: round(v, 7) for k, v in sorted(self._choice_s.items())},
                "widths": dict(sorted(self.chosen.items()))}
         if self._fit is not None:
             b, sizes, fixed = self._fit

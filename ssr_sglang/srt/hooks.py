@@ -145,13 +145,15 @@ def ssr_output_streamer_class():
     from ssr_sglang.srt.metrics import META_KEY
 
     class SSROutputStreamer(SchedulerOutputStreamer):
-        """Hides draft requests from clients; adds ``meta_info["ssr"]`` to finished SSR requests."""
+        """Hides draft requests from clients; adds ``meta_info["ssr"]`` to finished SSR requests (built
+        only for an output that finishes some request: the others carry nothing extra)."""
 
-        __slots__ = ()
+        __slots__ = ("_meta_due",)
         has_additional_customized_info = True
 
         def stream_output(self, reqs, return_logprob, skip_req=None):
             m = _manager()
+            self._meta_due = False
             if m is not None:
                 visible = []
                 for r in reqs:
@@ -165,10 +167,11 @@ def ssr_output_streamer_class():
                     if not visible:
                         return None
                     reqs = visible
+                self._meta_due = any(r.finished() for r in reqs)
             return SchedulerOutputStreamer.stream_output(self, reqs, return_logprob, skip_req)
 
         def should_build_additional_customized_info(self) -> bool:
-            return _manager() is not None
+            return getattr(self, "_meta_due", True) and _manager() is not None
 
         def build_additional_customized_info(self, reqs):
             m = _manager()

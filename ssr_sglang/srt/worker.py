@@ -33,7 +33,7 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices
 
 from ssr_sglang.core.policy import DraftPolicy
 from ssr_sglang.core.tree import (build_chain, distinct_siblings, distinct_siblings_batch, duplicate_siblings,
-                                  layout_tree, nodes_in_use, parents_batch)
+                                  layout_tree, nodes_in_use_batch, parents_batch)
 from ssr_sglang.core.width import WidthPolicy, accepted_path
 from ssr_sglang.srt import active, compat, consensus, faults, overlap, think_ids
 from ssr_sglang.srt.config import SSRConfigError, default_max_batch, server_config_from_env
@@ -67,6 +67,7 @@ class SSRWorker(NGRAMWorker):
         self._last_timed: Optional[tuple] = None  # (sequences, width, start) of the last step it chose
         self._free: Optional[tuple] = None  # (width, rate it) of a step where rows are nearly free
         self._chosen = False  # the width policy chose the width of the step being prepared
+        self._choice_s: Optional[float] = None  # seconds of bookkeeping a chosen width cost this step
         self._width = self.draft_token_num  # nodes verified in the current step
         # Overlap scheduling: per request of the batch being prepared, the previous step's accepted tokens
         # not yet in req.output_ids (None when nothing is pending; see ssr_sglang.srt.overlap)
@@ -95,12 +96,16 @@ class SSRWorker(NGRAMWorker):
         self._width = self.draft_token_num
         self._trees = None
         self._chosen = False
+        self._choice_s = None
         result = super().forward_batch_generation(batch, *args, **kwargs)
         if self._trees is not None:
+            t0 = time.perf_counter()
             try:
                 self._rate_step(result)
             except Exception as e:  # noqa: BLE001 - never fail the batch: verify at the full width from now on
                 self._width_failed("rating a step", e)
+            if self._choice_s is not None and self.width_policy is not None:
+                self.width_policy.observe_choice(len(batch.reqs), self._choice_s + time.perf_counter() - t0)
         if self._chosen and self.width_policy is not None:
             self._last_timed = (len(batch.reqs), self._width, started)
         if self._width < self.draft_token_num:
@@ -139,6 +144,7 @@ class SSRWorker(NGRAMWorker):
             req_drafts, mask = super()._prepare_draft_tokens(batch)
         else:
             req_drafts, mask = self._empty_proposals(batch)
+        req_drafts = np.ascontiguousarray(req_drafts)  # so that its (bs, n) view below writes through
         n = self.draft_token_num
         nn = n * n
         # Where rows are nearly free the width needs no per-request widths, and kinds only to rate the step.
@@ -148,7 +154,6 @@ class SSRWorker(NGRAMWorker):
         disabled = self.manager.disabled
         ngram_rows = []  # requests that keep the n-gram (or padding-only) rows
         for i, req in enumerate(batch.reqs):
-            rows, mrows = slice(i * n, (i + 1) * n), slice(i * nn, (i + 1) * nn)
             tree, phase = None, None
             if not (disabled and req.rid in disabled):
                 try:
@@ -159,27 +164,36 @@ class SSRWorker(NGRAMWorker):
             if kinds is not None:
                 kinds.append("drafts" if tree is not None else f"ngram-{phase if phase in (REASONING, ANSWER) else 'other'}")
             if tree is not None:
-                req_drafts[rows] = tree.tokens
-                mask[mrows] = tree.mask
+                req_drafts[i * n:(i + 1) * n] = tree.tokens
+                mask[i * nn:(i + 1) * nn] = tree.mask
                 if widths is not None:
                     widths[i] = tree.num_real
             else:
                 ngram_rows.append(i)
-                if widths is not None:  # read before the padding is renamed
-                    widths[i] = nodes_in_use(req_drafts[rows], mask[mrows], n)
-        renamed = _distinct_padding(req_drafts, mask, n, ngram_rows)  # SGLang zero-pads: make padding distinct
+        bs = len(batch.reqs)
+        tokens = req_drafts.reshape(bs, n)  # a view: renaming below writes through
+        # one pass over the masks serves the widths, the renaming and the rating (renaming keeps parents)
+        t0 = time.perf_counter()
+        parents = parents_batch(mask, n) if ngram_rows or kinds is not None or self.check_trees else None
+        if widths is not None and ngram_rows:  # read before the padding is renamed
+            for i, w in zip(ngram_rows, nodes_in_use_batch(tokens[ngram_rows], parents[ngram_rows]).tolist()):
+                widths[i] = w
+        if free is None and self.width_policy is not None:  # what the choice costs (the rating is added later)
+            self._choice_s = time.perf_counter() - t0
+        renamed = _distinct_padding(tokens, parents, ngram_rows)  # SGLang zero-pads: make padding distinct
         if self.check_trees:
             stats = self.manager.tree_stats
             stats["siblings_renamed"] += renamed
-            for i in range(len(batch.reqs)):
+            for i in range(bs):
                 stats["tree_checks"] += 1
-                stats["duplicate_siblings_seen"] += duplicate_siblings(req_drafts[i * n:(i + 1) * n],
-                                                                       mask[i * nn:(i + 1) * nn], n)
+                stats["duplicate_siblings_seen"] += duplicate_siblings(tokens[i], mask[i * nn:(i + 1) * nn], n)
         self._widths = widths
         self._kinds = kinds
         if kinds is not None:
-            bs = len(batch.reqs)
-            self._trees = (req_drafts.reshape(bs, n).tolist(), parents_batch(mask, n).tolist())
+            t0 = time.perf_counter()
+            self._trees = (tokens.tolist(), parents.tolist())
+            if self._choice_s is not None:
+                self._choice_s += time.perf_counter() - t0
         return req_drafts, mask
 
     def _propose_one(self, req, n: int):
@@ -220,6 +234,7 @@ class SSRWorker(NGRAMWorker):
             if self._free[0] < self.draft_token_num:
                 self._narrow(batch, self._free[0])
         elif self._widths:
+            t0 = time.perf_counter()
             self._chosen = self.width_policy is not None
             width = max(self._widths)
             if self.width_policy is not None:
@@ -229,6 +244,8 @@ class SSRWorker(NGRAMWorker):
                     self._width_failed("choosing a width", e)
             if width < self.draft_token_num:
                 self._narrow(batch, width)
+            if self._choice_s is not None:
+                self._choice_s += time.perf_counter() - t0
         consensus.note_tree(batch)  # TP ranks compare the trees (a no-op with one rank)
 
     def _narrow(self, batch, width: int) -> None:
@@ -272,17 +289,17 @@ class SSRWorker(NGRAMWorker):
         return req_drafts, np.tile(mask, bs)
 
 
-def _distinct_padding(req_drafts: np.ndarray, mask: np.ndarray, n: int, rows: list) -> int:
-    """No repeated siblings in the trees of requests ``rows`` (flat n-gram rows, renamed in place; one
-    vectorised pass from ``_BATCH_FROM`` rows on, a loop below); returns the nodes renamed."""
+def _distinct_padding(tokens: np.ndarray, parents: np.ndarray, rows: list) -> int:
+    """No repeated siblings in the trees of requests ``rows`` (``tokens`` and ``parents`` are ``(B, n)``;
+    the rows' tokens are renamed in place: one vectorised pass from ``_BATCH_FROM`` rows on, a loop
+    below); returns the nodes renamed."""
     if len(rows) < _BATCH_FROM:  # a loop over few trees costs less than the vectorised pass's fixed cost
-        nn = n * n
-        return sum(distinct_siblings(req_drafts[i * n:(i + 1) * n], mask[i * nn:(i + 1) * nn], n) for i in rows)
-    at = (np.asarray(rows)[:, None] * n + np.arange(n)).reshape(-1)  # the rows' nodes in the flat arrays
-    tokens = req_drafts[at].reshape(len(rows), n)
-    renamed = distinct_siblings_batch(tokens, mask.reshape(-1, n * n)[rows], n)
+        n = tokens.shape[1]
+        return sum(distinct_siblings(tokens[i], None, n, parents[i]) for i in rows)
+    picked = tokens[rows]
+    renamed = distinct_siblings_batch(picked, None, tokens.shape[1], parents[rows])
     if renamed:
-        req_drafts[at] = tokens.reshape(-1)
+        tokens[rows] = picked
     return renamed
 
 

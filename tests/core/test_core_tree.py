@@ -134,6 +134,33 @@ def test_nodes_in_use_finds_the_last_real_node():
     assert nodes_in_use(np.zeros(n, dtype=np.int64), np.eye(n, dtype=bool).reshape(-1), n) == n  # not padding
 
 
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 12), count=st.integers(1, 5), data=st.data())
+def test_nodes_in_use_batch_matches_one_tree_at_a_time(n, count, data):
+    """The batch form (from parents) finds the same last real node as :func:`nodes_in_use` (from the mask),
+    on zero-padded layouts and on random trees whose tokens may be 0 anywhere."""
+    from ssr_sglang.core.tree import nodes_in_use, nodes_in_use_batch, parents_batch
+
+    tokens, masks = [], []
+    for _ in range(count):
+        if data.draw(st.booleans()):
+            branches = data.draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=3), max_size=3))
+            t, m, _ = _zero_padded(11, branches, n)
+        else:
+            parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
+            t = np.array([data.draw(st.integers(0, 2)) for _ in range(n)], dtype=np.int64)
+            m = np.zeros((n, n), dtype=bool)
+            for i in range(n):
+                j = i
+                while j != -1:
+                    m[i, j], j = True, parents[j]
+        tokens.append(np.asarray(t))
+        masks.append(np.asarray(m).reshape(-1))
+    mask = np.concatenate(masks)
+    got = nodes_in_use_batch(np.stack(tokens), parents_batch(mask, n)).tolist()
+    assert got == [nodes_in_use(t, m, n) for t, m in zip(tokens, masks)]
+
+
 def test_distinct_siblings_renames_repeats_only():
     n = 6
     tokens, mask, _ = _zero_padded(9, [[5, 0]], n)  # [9, 5, 0(child of 5), 0, 0, 0(pads under root)]

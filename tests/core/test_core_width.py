@@ -168,3 +168,45 @@ def test_cached_cell_medians_give_the_fit_a_fresh_computation_gives():
             fresh = p._refit()
             assert cached[0] == fresh[0] and list(cached[1]) == list(fresh[1]) and list(cached[2]) == list(fresh[2])
     assert set(p._medians) == set(p._cells) and {bs for bs, _ in p._cells} == {1, 2}
+
+
+def test_kept_costs_and_acceptance_follow_every_new_observation():
+    """``f(B)`` kept per batch size and each kind's acceptance curve kept between observations are what a
+    fresh computation gives after every refit and every rated step."""
+    rng = random.Random(5)
+    p = WidthPolicy(N)
+    for i in range(1, 3001):
+        bs, w = rng.choice((1, 2, 4, 6)), rng.choice((1, 6, 12))
+        p.observe_step(bs, w, (0.004 + 0.001 * bs * (1 + i / 3000) + 0.0002 * bs * w) * rng.uniform(0.9, 1.1))
+        p.observe_paths("k", [list(range(1, rng.randint(1, N)))], w)
+        if p._fit is not None and i % 7 == 0:
+            for size in (1, 3, 4, 9):
+                assert p._fixed(size) == p._fixed_of_fit(size)
+            acc = p._kinds["k"]
+            kept = acc.cumulative()
+            acc._cumulative = None
+            assert kept.tolist() == acc.cumulative().tolist()
+
+
+
+def test_rows_cheaper_than_choosing_count_as_free():
+    """15 us a row at one sequence: 165 us saved at most by width 1, above 2% of an 8 ms step (160 us), so
+    the width is chosen; once choosing is measured to cost 100 us a step, no width can pay for it and the
+    rows count as free."""
+    p = WidthPolicy(N)
+    for _ in range(20):
+        for w in (6, N):
+            p.observe_step(1, w, 0.008 + 0.000015 * w)
+    p._fit = p._refit()
+    assert p.free_width(1) is None
+    for _ in range(10):
+        p.observe_choice(2, 0.0001)  # measured at another batch size: no bearing on one sequence
+    assert p.free_width(1) is None
+    for _ in range(10):
+        p.observe_choice(1, 0.0001)
+    assert p.free_width(1) == (N, False)
+    assert p.summary()["choice_s"] == {1: pytest.approx(0.0001), 2: pytest.approx(0.0001)}
+    p.observe_choice(3, 0.05)  # a slow first step (imports, allocations) weighs as one of many once they come
+    for _ in range(200):
+        p.observe_choice(3, 0.0001)
+    assert p.summary()["choice_s"][3] < 0.0002

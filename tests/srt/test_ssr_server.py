@@ -43,13 +43,14 @@ def test_greedy_identical_to_plain_batch_1(ssr_server, chat_prompts, plain_outpu
 def test_auto_verify_width_keeps_outputs_and_measures(ssr_server, chat_prompts, plain_outputs):
     """The default SSR_VERIFY_WIDTH=auto on CPU: steps run at the widths the policy picks (probes at the widest
     and at half of it among them) and the outputs stay the target model's; the row cost gets fitted and
-    the nodes rated per kind of proposal. Whether narrower steps pay depends on the model and the machine
+    the nodes rated per kind of proposal, and what choosing costs a step is timed. Whether narrower steps pay depends on the model and the machine
     (this test model's rows are nearly free): ``benchmarks/verify_width.py`` measures that."""
     with cf.ThreadPoolExecutor(4) as pool:
         outs = list(pool.map(lambda p: ssr_server.generate(input_ids=p, max_new_tokens=128), chat_prompts[:8]))
     assert [o["output_ids"] for o in outs] == plain_outputs[:8]
     width = ssr_server.server_info()["internal_states"][0]["ssr"]["verify_width"]
     assert width["steps"] > 100 and width["row_s"] >= 0 and width["fixed_s"], width
+    assert width["choice_s"] and all(0 < s < 0.01 for s in width["choice_s"].values()), width  # choosing is timed
     chosen = {int(w): n for w, n in width["widths"].items()}
     assert chosen.get(8, 0) > 0 and len(chosen) >= 2, width
     assert {"ngram-reasoning", "ngram-answer"} <= set(width["accepted_per_node"]), width

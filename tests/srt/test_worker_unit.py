@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ssr_sglang.core.tree import duplicate_siblings
+from ssr_sglang.core.tree import duplicate_siblings, parents_batch
 from ssr_sglang.srt import worker
 
 
@@ -32,7 +32,7 @@ def test_padding_made_distinct_the_same_way_batched_or_not(bs):
     looped, batched = tokens.copy(), tokens.copy()
     renamed = sum(worker.distinct_siblings(looped[i * n:(i + 1) * n], mask[i * n * n:(i + 1) * n * n], n)
                   for i in rows)
-    assert worker._distinct_padding(batched, mask, n, rows) == renamed > 0
+    assert worker._distinct_padding(batched.reshape(bs, n), parents_batch(mask, n), rows) == renamed > 0
     assert batched.tolist() == looped.tolist()
     for i in range(bs):
         dups = duplicate_siblings(batched[i * n:(i + 1) * n], mask[i * n * n:(i + 1) * n * n], n)
