@@ -120,6 +120,19 @@ def _zero_padded(last, branches, n):
     return tokens, tree.mask, tree.num_real
 
 
+def _random_tree(data, n: int, max_token: int):
+    """A random parent-before-child tree of ``n`` nodes: its parents, tokens (0 .. ``max_token``) and
+    ancestor-or-self mask (``n`` x ``n``)."""
+    parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
+    tokens = np.array([data.draw(st.integers(0, max_token)) for _ in range(n)], dtype=np.int64)
+    mask = np.zeros((n, n), dtype=bool)
+    for i in range(n):
+        j = i
+        while j != -1:
+            mask[i, j], j = True, parents[j]
+    return parents, tokens, mask
+
+
 def test_nodes_in_use_finds_the_last_real_node():
     from ssr_sglang.core.tree import nodes_in_use
 
@@ -147,13 +160,7 @@ def test_nodes_in_use_batch_matches_one_tree_at_a_time(n, count, data):
             branches = data.draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=3), max_size=3))
             t, m, _ = _zero_padded(11, branches, n)
         else:
-            parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
-            t = np.array([data.draw(st.integers(0, 2)) for _ in range(n)], dtype=np.int64)
-            m = np.zeros((n, n), dtype=bool)
-            for i in range(n):
-                j = i
-                while j != -1:
-                    m[i, j], j = True, parents[j]
+            _, t, m = _random_tree(data, n, 2)
         tokens.append(np.asarray(t))
         masks.append(np.asarray(m).reshape(-1))
     mask = np.concatenate(masks)
@@ -175,14 +182,7 @@ def test_distinct_siblings_renames_repeats_only():
 def test_distinct_siblings_on_random_trees(n, data):
     """Any parent-before-child tree with any (repeating) tokens: afterwards no sibling repeats, and only
     nodes that repeated an earlier sibling changed."""
-    parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
-    tokens = np.array([data.draw(st.integers(0, 3)) for _ in range(n)], dtype=np.int64)
-    mask = np.zeros((n, n), dtype=bool)
-    for i in range(n):
-        j = i
-        while j != -1:
-            mask[i, j] = True
-            j = parents[j]
+    parents, tokens, mask = _random_tree(data, n, 3)
     assert parents_from_mask(mask, n).tolist() == parents
     before = tokens.copy()
     repeats = {i for i in range(1, n) if any(parents[j] == parents[i] and before[j] == before[i] for j in range(1, i))}
@@ -197,13 +197,8 @@ def test_distinct_siblings_batch_renames_each_tree_as_alone(n, count, data):
     """Trees renamed together come out as each renamed on its own (the worker renames a batch at once)."""
     trees, masks = [], []
     for _ in range(count):
-        parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
-        trees.append([data.draw(st.integers(0, 3)) for _ in range(n)])
-        mask = np.zeros((n, n), dtype=bool)
-        for i in range(n):
-            j = i
-            while j != -1:
-                mask[i, j], j = True, parents[j]
+        _, tokens, mask = _random_tree(data, n, 3)
+        trees.append(tokens.tolist())
         masks.append(mask.reshape(-1))
     batch = np.array(trees, dtype=np.int64)
     renamed = distinct_siblings_batch(batch, np.concatenate(masks), n)
