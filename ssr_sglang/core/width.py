@@ -1,7 +1,8 @@
 """Cost-aware verify width: verify only the tree nodes whose expected tokens pay for their rows.
 
 A scheduler iteration that verifies ``B`` sequences at width ``w`` (the first ``w`` nodes of every
-tree, the root included) takes about ``t = f(B) + b * B * w`` seconds and commits, for each sequence ``r`` of kind
+tree, the root included) and commits ``T`` tokens takes about ``t = f(B) + b * B * w + c * T`` seconds (``c``:
+the output work per committed token, streaming and indexing it) and commits, for each sequence ``r`` of kind
 ``k`` (where its proposal came from: the n-gram corpus while reasoning or answering, or its drafts),
 ``1 + sum(p_k[j] for 1 <= j < w)`` tokens in expectation, ``p_k[j]`` being how often node ``j`` was on
 the accepted path. Trees are laid out parent before child, so the first ``w`` nodes are a subtree
@@ -9,7 +10,7 @@ and a path node's ancestors all come before it: cutting a tree to ``w`` nodes lo
 nodes at ``w`` and beyond, never the output (verification stays the target model's). The step's
 width maximises expected committed tokens per second.
 
-Worked example (hypothetical figures): ``f(1) = 8 ms``, ``b = 0.5 ms`` per row, one reasoning request
+Worked example (hypothetical figures, ``c = 0``): ``f(1) = 8 ms``, ``b = 0.5 ms`` per row, one reasoning request
 whose n-gram nodes were on the path with ``p = [-, 0.30, 0.10, 0.05, 0.02, 0.01, ...]``:
 
 * ``w = 1``: 1 token in 8.5 ms, 118 tokens/s (a plain decode step);
@@ -19,9 +20,11 @@ whose n-gram nodes were on the path with ``p = [-, 0.30, 0.10, 0.05, 0.02, 0.01,
 Where rows are nearly free (a GPU, a CPU with matrix units at a small batch: ``b`` near 0) every
 node that is ever accepted pays and the width stays full.
 
-What is measured: ``b`` by least squares over the median iteration time at each (sequences,
-width) seen lately, from the differences between widths at the same batch size, and ``f(B)`` as
-what is left at each batch size seen (interpolated, or extrapolated linearly, for others)
+What is measured: ``c`` from how the iteration time follows ``T`` among the steps of one (sequences,
+width) seen lately (rows fixed there); ``b`` by least squares over the median iteration time at each
+(sequences, width), less ``c`` times its mean ``T``, from the differences between widths at the same batch
+size (wider steps commit more tokens: without ``c`` their output work would read as a row cost); and
+``f(B)`` as what is left at each batch size seen (interpolated, or extrapolated linearly, for others)
 (:meth:`WidthPolicy.observe_step`; whole iterations, since the work outside the forward makes
 every step dearer and so every accepted token worth more); ``p_k`` from each step's accepted paths, per node over
 the steps that verified it, decayed so that it follows the traffic (:meth:`WidthPolicy.observe_paths`).
@@ -126,6 +129,37 @@ class _Acceptance:
         return self._cumulative
 
 
+class _Cell:
+    """Recent iterations at one (batch size, width): their seconds and committed tokens."""
+
+    __slots__ = ("secs", "toks", "seen", "_stats")
+
+    def __init__(self) -> None:
+        self.secs: Deque[float] = collections.deque(maxlen=CELL_SAMPLES)
+        self.toks: Deque[float] = collections.deque(maxlen=CELL_SAMPLES)
+        self.seen = 0  # the policy's observation count when last observed
+        self._stats: Optional[Tuple[float, float, float]] = None
+
+    def add(self, seconds: float, tokens: float, seen: int) -> None:
+        self.secs.append(seconds)
+        self.toks.append(tokens)
+        self.seen = seen
+        self._stats = None
+
+    def stats(self) -> Tuple[float, float, float, float, float]:
+        """(median seconds, mean tokens, samples, and the co-variation of tokens with seconds within the
+        cell: sum of ``(T - mean T) * (t - mean t)`` and of ``(T - mean T) ** 2``, times clipped at 3x the
+        median so that a stray pause does not lean on it), kept until the next :meth:`add` (a refit
+        works again only on the cells observed since the last one)."""
+        if self._stats is None:
+            t, tok = np.array(self.secs), np.array(self.toks)
+            med = float(np.median(t))
+            t = np.minimum(t, 3.0 * med)
+            dz = tok - tok.mean()
+            self._stats = (med, float(tok.mean()), float(len(t)), float(dz @ (t - t.mean())), float(dz @ dz))
+        return self._stats
+
+
 class WidthPolicy:
     """The verify width of each step (see module docstring). ``n``: the full width (tree nodes).
 
@@ -140,11 +174,10 @@ class WidthPolicy:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         self.n = n
-        self._cells: Dict[Tuple[int, int], Deque[float]] = {}  # (batch size, width) -> recent seconds
-        self._cell_seen: Dict[Tuple[int, int], int] = {}  # ... -> observation count when last observed
-        self._medians: Dict[Tuple[int, int], float] = {}  # ... -> median of its samples, until it changes
+        self._cells: Dict[Tuple[int, int], _Cell] = {}  # (batch size, width) -> recent iterations
         self._observed = 0
         self._fit: Optional[Tuple[float, np.ndarray, np.ndarray]] = None  # b, batch sizes seen, f at each
+        self._token_s = 0.0  # c: seconds an iteration spends per committed token (output work), fitted
         self._fixed_at: Dict[int, float] = {}  # batch size -> f of the current fit
         self._fit_due = 0
         self._local_b: Dict[int, float] = {}  # row cost from the widths seen at each batch size alone
@@ -157,18 +190,16 @@ class WidthPolicy:
         self.chosen = collections.Counter()  # width -> steps (summary)
 
     # -- measurements ---------------------------------------------------
-    def observe_step(self, sequences: int, width: int, seconds: float) -> None:
-        """An iteration that verified ``sequences`` at ``width`` took ``seconds``."""
+    def observe_step(self, sequences: int, width: int, seconds: float, tokens: float = 0.0) -> None:
+        """An iteration that verified ``sequences`` at ``width`` took ``seconds`` and committed ``tokens``."""
         if sequences < 1 or width < 1 or seconds <= 0:
             return
         key = (int(sequences), int(width))
         cell = self._cells.get(key)
         if cell is None:
-            cell = self._cells[key] = collections.deque(maxlen=CELL_SAMPLES)
-        cell.append(float(seconds))
-        self._medians.pop(key, None)
+            cell = self._cells[key] = _Cell()
         self._observed += 1
-        self._cell_seen[key] = self._observed
+        cell.add(float(seconds), float(tokens), self._observed)
         self._fit_due -= 1
         if self._fit_due <= 0:
             self._fit = self._refit()
@@ -195,25 +226,30 @@ class WidthPolicy:
         acc.add(paths, min(verified, self.n))
 
     def _refit(self) -> Optional[Tuple[float, np.ndarray, np.ndarray]]:
-        """``(b, sizes, f)`` of ``t = f(B) + b * B * w``: ``b`` from the width differences within each batch
-        size (weighted least squares over the median time of each (size, width) seen), ``f`` at each size
-        seen; None until some batch size was seen at two widths. Also refreshes each batch size's own row
-        cost (``_local_b``), so nothing of an earlier fit outlives this one."""
+        """``(b, sizes, f)`` of ``t = f(B) + b * B * w + c * T``: ``c`` (the output work per committed token:
+        wider steps commit more tokens, which would otherwise read as a row cost) from how time follows the
+        tokens ``T`` within each (size, width) cell; ``b`` from the differences between widths within each
+        batch size once that is taken out (weighted least squares over each cell's median time), ``f`` at
+        each size seen; None until some batch size was seen at two widths. Also refreshes ``c`` and each
+        batch size's own row cost (``_local_b``), so nothing of an earlier fit outlives this one."""
         self._local_b = {}
-        for key in [k for k, seen in self._cell_seen.items() if self._observed - seen > STALE]:
-            del self._cells[key], self._cell_seen[key]
-            self._medians.pop(key, None)
-        if sum(len(secs) for secs in self._cells.values()) < MIN_FIT:
+        self._token_s = 0.0
+        for key in [k for k, cell in self._cells.items() if self._observed - cell.seen > STALE]:
+            del self._cells[key]
+        if sum(len(cell.secs) for cell in self._cells.values()) < MIN_FIT:
             return None
-        cells: Dict[int, List[Tuple[float, float, float]]] = collections.defaultdict(list)  # B -> (x, y, weight)
-        for key, secs in self._cells.items():
-            med = self._medians.get(key)
-            if med is None:  # only cells observed since the last fit (at most MIN_FIT) are sorted again
-                med = self._medians[key] = float(np.median(secs))
-            cells[key[0]].append((float(key[0] * key[1]), med, float(len(secs))))
+        by_size: Dict[int, list] = collections.defaultdict(list)  # B -> (x = B * w, T, median t, weight)
+        szt = szz = 0.0
+        for (bs, w), cell in self._cells.items():
+            y, tok, wt, zt, zz = cell.stats()
+            by_size[bs].append((float(bs * w), tok, y, wt))
+            szt, szz = szt + zt, szz + zz
+        # c from how time follows tokens within each cell (same batch size, same width: rows fixed)
+        self._token_s = c = max(0.0, szt / szz) if szz > 0 else 0.0
         sxy = sxx = 0.0
-        for bs, rows in cells.items():
-            x, y, wt = (np.array(col) for col in zip(*rows))
+        for bs, rows in by_size.items():
+            x, z, y, wt = (np.array(col) for col in zip(*rows))
+            y = y - c * z  # what is left once the output work is taken out
             xm, ym = (wt @ x) / wt.sum(), (wt @ y) / wt.sum()
             bxy, bxx = float(wt @ ((x - xm) * (y - ym))), float(wt @ (x - xm) ** 2)
             if bxx > 0:
@@ -223,9 +259,9 @@ class WidthPolicy:
         if sxx <= 0:
             return None
         b = max(0.0, sxy / sxx)
-        sizes = np.array(sorted(cells), dtype=np.float64)
-        fixed = np.array([sum(wt * (y - b * x) for x, y, wt in cells[k]) / sum(wt for _, _, wt in cells[k])
-                          for k in sorted(cells)])
+        sizes = np.array(sorted(by_size), dtype=np.float64)
+        fixed = np.array([sum(wt * (y - b * x - c * z) for x, z, y, wt in by_size[k]) / sum(r[3] for r in by_size[k])
+                          for k in sorted(by_size)])
         return b, sizes, fixed
 
     def _fixed(self, sequences: int) -> float:
@@ -308,7 +344,7 @@ class WidthPolicy:
             use = max(1, use)
             gain[:use] += m * c[:use]
             gain[use:] += m * c[use - 1]  # nodes past the tree's last real one add nothing
-        rate = gain / (fixed + b * rows * np.arange(1, widest + 1))
+        rate = gain / (fixed + b * rows * np.arange(1, widest + 1) + self._token_s * gain)
         best = int(np.argmax(rate)) + 1
         if best < widest and rate[best - 1] < rate[-1] * (1 + MIN_GAIN):
             best = widest
@@ -326,6 +362,7 @@ class WidthPolicy:
         if self._fit is not None:
             b, sizes, fixed = self._fit
             out["row_s"] = round(b, 7)
+            out["token_s"] = round(self._token_s, 7)
             out["fixed_s"] = {int(k): round(float(f), 6) for k, f in zip(sizes, fixed)}
         out["accepted_per_node"] = {k: [round(float(x), 3) for x in
                                         np.diff(np.concatenate(([0.0], acc.cumulative())))[1:]]

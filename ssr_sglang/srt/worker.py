@@ -64,7 +64,7 @@ class SSRWorker(NGRAMWorker):
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._kinds: Optional[list] = None  # ... and where its proposal came from (width policy)
         self._trees: Optional[tuple] = None  # (tokens, parents), (bs, n) each, of a step the width policy rates
-        self._last_timed: Optional[tuple] = None  # (sequences, width, start) of the last step it chose
+        self._last_timed: Optional[tuple] = None  # (sequences, width, start, tokens) of the last step it chose
         self._free: Optional[tuple] = None  # (width, rate it) of a step where rows are nearly free
         self._chosen = False  # the width policy chose the width of the step being prepared
         self._choice_s: Optional[float] = None  # seconds of bookkeeping a chosen width cost this step
@@ -92,7 +92,7 @@ class SSRWorker(NGRAMWorker):
         last, self._last_timed = self._last_timed, None
         if last is not None and batch.forward_mode.is_decode() and self.width_policy is not None:
             # decode right after decode: the interval between their starts is the whole last iteration
-            self.width_policy.observe_step(last[0], last[1], started - last[2])
+            self.width_policy.observe_step(last[0], last[1], started - last[2], last[3])
         self._width = self.draft_token_num
         self._trees = None
         self._chosen = False
@@ -107,7 +107,8 @@ class SSRWorker(NGRAMWorker):
             if self._choice_s is not None and self.width_policy is not None:
                 self.width_policy.observe_choice(len(batch.reqs), self._choice_s + time.perf_counter() - t0)
         if self._chosen and self.width_policy is not None:
-            self._last_timed = (len(batch.reqs), self._width, started)
+            # tokens committed: wider steps commit more, and their output work is no row cost (CPU tensors)
+            self._last_timed = (len(batch.reqs), self._width, started, _committed(result))
         if self._width < self.draft_token_num:
             # Accepted tokens come back in rows of ``width``; SGLang reads rows of the full width.
             rows = result.next_token_ids.view(-1, self._width)
@@ -287,6 +288,13 @@ class SSRWorker(NGRAMWorker):
         req_drafts = np.zeros(bs * self.draft_token_num, dtype=np.int64)
         req_drafts[:: self.draft_token_num] = last
         return req_drafts, np.tile(mask, bs)
+
+
+def _committed(result) -> float:
+    """Tokens a verify step committed (accepted nodes and bonus tokens of all its sequences); 0 where the
+    result does not say."""
+    lens = getattr(result, "accept_lens", None)
+    return float(lens.sum()) if lens is not None else 0.0
 
 
 def _distinct_padding(tokens: np.ndarray, parents: np.ndarray, rows: list) -> int:

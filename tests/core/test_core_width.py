@@ -164,10 +164,11 @@ def test_cached_cell_medians_give_the_fit_a_fresh_computation_gives():
         p.observe_step(bs, w, (0.004 + 0.001 * bs + 0.0002 * bs * w) * rng.uniform(0.8, 1.2))
         if i % 997 == 0 or i == 8000:
             cached = p._refit()
-            p._medians.clear()
+            for cell in p._cells.values():
+                cell._stats = None
             fresh = p._refit()
             assert cached[0] == fresh[0] and list(cached[1]) == list(fresh[1]) and list(cached[2]) == list(fresh[2])
-    assert set(p._medians) == set(p._cells) and {bs for bs, _ in p._cells} == {1, 2}
+    assert all(cell._stats is not None for cell in p._cells.values()) and {bs for bs, _ in p._cells} == {1, 2}
 
 
 def test_kept_costs_and_acceptance_follow_every_new_observation():
@@ -210,3 +211,32 @@ def test_rows_cheaper_than_choosing_count_as_free():
     for _ in range(200):
         p.observe_choice(3, 0.0001)
     assert p.summary()["choice_s"][3] < 0.0002
+
+
+def _serve_output_bound(tell_tokens: bool, q=0.9, token_s=0.0003, steps=3000, seed=1):
+    """One sequence; rows free, but every committed token costs ``token_s`` of output work."""
+    rng = random.Random(seed)
+    p = WidthPolicy(N)
+    tokens = list(range(100, 100 + N))
+    for _ in range(steps):
+        free = p.free_width(1)
+        w, rate = free if free is not None else (p.width(["k"], [N])[0], True)
+        depth = 0
+        while depth + 1 < w and rng.random() < q:
+            depth += 1
+        if rate:
+            p.observe_paths("k", [accepted_path(tokens, CHAIN_PARENTS, tokens[1:depth + 1] + [7], depth + 1, w)], w)
+        seconds = (FIXED + token_s * (depth + 1)) * rng.uniform(0.97, 1.03)
+        p.observe_step(1, w, seconds, depth + 1 if tell_tokens else 0.0)
+    return p.summary()
+
+
+def test_output_work_per_token_is_not_taken_for_a_row_cost():
+    """Wider steps take longer here only because they commit more tokens (each one streamed, indexed). Told
+    each step's tokens, the policy fits that cost per token, finds the rows free and keeps the full width;
+    from times alone it would read the output work as a row cost and stop judging the rows free."""
+    told = _serve_output_bound(True)
+    assert told["token_s"] == pytest.approx(0.0003, rel=0.3), told
+    assert told["row_s"] < 0.00002 and told["rows_nearly_free_steps"] > 0.8 * 3000, told
+    blind = _serve_output_bound(False)
+    assert blind["token_s"] == 0 and blind["row_s"] > 0.00005 and blind["rows_nearly_free_steps"] < 0.5 * 3000, blind

@@ -49,7 +49,7 @@ def test_auto_verify_width_keeps_outputs_and_measures(ssr_server, chat_prompts, 
         outs = list(pool.map(lambda p: ssr_server.generate(input_ids=p, max_new_tokens=128), chat_prompts[:8]))
     assert [o["output_ids"] for o in outs] == plain_outputs[:8]
     width = ssr_server.server_info()["internal_states"][0]["ssr"]["verify_width"]
-    assert width["steps"] > 100 and width["row_s"] >= 0 and width["fixed_s"], width
+    assert width["steps"] > 100 and width["row_s"] >= 0 and width["token_s"] >= 0 and width["fixed_s"], width
     assert width["choice_s"] and all(0 < s < 0.01 for s in width["choice_s"].values()), width  # choosing is timed
     chosen = {int(w): n for w, n in width["widths"].items()}
     assert chosen.get(8, 0) > 0 and len(chosen) >= 2, width
