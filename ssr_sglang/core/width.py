@@ -33,10 +33,10 @@ Until both are known the width is the widest proposal; one step in ``PROBE_EVERY
 (so that the nodes beyond it keep being rated), at half the widest where the best is the widest (so
 that costs are seen at more than one width; half loses fewer accepted tokens than width 1 would).
 
-Where rows are nearly free at a batch size (``b_B * B * (n - 1) < MIN_GAIN * (f(B) + b_B * B) + c``, ``b_B``
-fitted from that batch size's own widths, since matrix units make rows free at small batches and not at
-large ones, and ``c`` the measured cost of choosing a width at that batch size, the per-request bookkeeping
-of a chosen step (:meth:`WidthPolicy.observe_choice`): even width 1 could not beat the full width by ``MIN_GAIN`` once the
+Where rows are nearly free at a batch size (``b_B * B * (n - 1) < MIN_GAIN * (f(B) + b_B * B) + k_B``,
+``b_B`` fitted from that batch size's own widths, since matrix units make rows free at small batches and not
+at large ones, and ``k_B`` the measured cost of choosing a width at that batch size, the per-request
+bookkeeping of a chosen step (:meth:`WidthPolicy.observe_choice`): even width 1 could not beat the full width by ``MIN_GAIN`` once the
 choice is paid for, whatever is accepted) the choice needs no
 acceptance at all: :meth:`WidthPolicy.free_width` verifies every node, padding included (free, and
 sometimes accepted), probes at half width one step in ``PROBE_FREE`` and asks for the accepted paths
@@ -138,7 +138,7 @@ class _Cell:
         self.secs: Deque[float] = collections.deque(maxlen=CELL_SAMPLES)
         self.toks: Deque[float] = collections.deque(maxlen=CELL_SAMPLES)
         self.seen = 0  # the policy's observation count when last observed
-        self._stats: Optional[Tuple[float, float, float]] = None
+        self._stats: Optional[Tuple[float, float, float, float, float]] = None
 
     def add(self, seconds: float, tokens: float, seen: int) -> None:
         self.secs.append(seconds)

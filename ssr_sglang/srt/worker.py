@@ -174,8 +174,8 @@ class SSRWorker(NGRAMWorker):
         bs = len(batch.reqs)
         tokens = req_drafts.reshape(bs, n)  # a view: renaming below writes through
         # one pass over the masks serves the widths, the renaming and the rating (renaming keeps parents)
-        t0 = time.perf_counter()
         parents = parents_batch(mask, n) if ngram_rows or kinds is not None or self.check_trees else None
+        t0 = time.perf_counter()
         if widths is not None and ngram_rows:  # read before the padding is renamed
             for i, w in zip(ngram_rows, nodes_in_use_batch(tokens[ngram_rows], parents[ngram_rows]).tolist()):
                 widths[i] = w
