@@ -32,7 +32,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size", "nodes_in_use",
+__all__ = ["TokenTree", "layout_tree", "build_tree", "build_chain", "node_labels", "trie_size",
            "nodes_in_use_batch", "parents_from_mask", "parents_batch", "distinct_siblings", "distinct_siblings_batch",
            "duplicate_siblings"]
 
@@ -195,22 +195,11 @@ def trie_size(branches: Sequence[Sequence[int]]) -> int:
     return len(seen)
 
 
-def nodes_in_use(tokens, mask, n: int) -> int:
-    """Nodes of a laid-out tree up to its last real one: padding is token 0 hanging off the root
-    (row ``[1, 0, ..., 1 (self), 0, ...]``), as SGLang's n-gram corpus pads (read it before
-    :func:`distinct_siblings` renames the padding).
-    A real token 0 proposed right after the root would look the same; counting it as padding only
-    proposes less, never anything wrong."""
-    rows = np.asarray(mask).reshape(n, n)
-    for i in range(n - 1, 0, -1):
-        if tokens[i] != 0 or rows[i].sum() != 2 or not rows[i][0]:
-            return i + 1
-    return 1
-
-
 def nodes_in_use_batch(tokens, parents) -> np.ndarray:
-    """:func:`nodes_in_use` of ``B`` trees at once, from their ``(B, n)`` tokens and parents
-    (:func:`parents_batch`): a node is padding where its token is 0 and its parent the root.
+    """Nodes of each of ``B`` laid-out trees up to its last real one, from their ``(B, n)`` tokens and
+    parents (:func:`parents_batch`): padding is token 0 hanging off the root, as SGLang's n-gram corpus
+    pads (read it before :func:`distinct_siblings` renames the padding). A real token 0 proposed right
+    after the root looks the same; counting it as padding only proposes less, never anything wrong.
 
     >>> nodes_in_use_batch(np.array([[9, 5, 0, 0], [9, 0, 0, 0]]), np.array([[-1, 0, 0, 0]] * 2)).tolist()
     [2, 1]

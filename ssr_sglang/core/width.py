@@ -203,7 +203,6 @@ class WidthPolicy:
         self._fit_due -= 1
         if self._fit_due <= 0:
             self._fit = self._refit()
-            self._fixed_at = {}
             self._fit_due = MIN_FIT
 
     def observe_choice(self, sequences: int, seconds: float) -> None:
@@ -231,9 +230,11 @@ class WidthPolicy:
         tokens ``T`` within each (size, width) cell; ``b`` from the differences between widths within each
         batch size once that is taken out (weighted least squares over each cell's median time), ``f`` at
         each size seen; None until some batch size was seen at two widths. Also refreshes ``c`` and each
-        batch size's own row cost (``_local_b``), so nothing of an earlier fit outlives this one."""
+        batch size's own row cost (``_local_b``) and drops the ``f(B)`` kept from the last fit, so nothing of
+        an earlier fit outlives this one."""
         self._local_b = {}
         self._token_s = 0.0
+        self._fixed_at = {}
         for key in [k for k, cell in self._cells.items() if self._observed - cell.seen > STALE]:
             del self._cells[key]
         if sum(len(cell.secs) for cell in self._cells.values()) < MIN_FIT:

@@ -133,8 +133,24 @@ def _random_tree(data, n: int, max_token: int):
     return parents, tokens, mask
 
 
+def _in_use_from_mask(tokens, mask, n: int) -> int:
+    """The reference: scan back from the last node for one that is not padding (token 0 whose mask row
+    is the root and itself only)."""
+    rows = np.asarray(mask).reshape(n, n)
+    for i in range(n - 1, 0, -1):
+        if tokens[i] != 0 or rows[i].sum() != 2 or not rows[i][0]:
+            return i + 1
+    return 1
+
+
+def nodes_in_use(tokens, mask, n: int) -> int:
+    """:func:`nodes_in_use_batch` of one tree given by its mask."""
+    from ssr_sglang.core.tree import nodes_in_use_batch, parents_batch
+
+    return int(nodes_in_use_batch(np.asarray(tokens)[None], parents_batch(mask, n))[0])
+
+
 def test_nodes_in_use_finds_the_last_real_node():
-    from ssr_sglang.core.tree import nodes_in_use
 
     n = 8
     for branches, real in (([], 1), ([[5, 6]], 3), ([[5, 6], [5, 7, 8]], 5), ([[0, 4]], 3)):
@@ -150,9 +166,9 @@ def test_nodes_in_use_finds_the_last_real_node():
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 12), count=st.integers(1, 5), data=st.data())
 def test_nodes_in_use_batch_matches_one_tree_at_a_time(n, count, data):
-    """The batch form (from parents) finds the same last real node as :func:`nodes_in_use` (from the mask),
-    on zero-padded layouts and on random trees whose tokens may be 0 anywhere."""
-    from ssr_sglang.core.tree import nodes_in_use, nodes_in_use_batch, parents_batch
+    """The batch form (from parents) finds the same last real node as the mask-based reference, on
+    zero-padded layouts and on random trees whose tokens may be 0 anywhere."""
+    from ssr_sglang.core.tree import nodes_in_use_batch, parents_batch
 
     tokens, masks = [], []
     for _ in range(count):
@@ -165,7 +181,7 @@ def test_nodes_in_use_batch_matches_one_tree_at_a_time(n, count, data):
         masks.append(np.asarray(m).reshape(-1))
     mask = np.concatenate(masks)
     got = nodes_in_use_batch(np.stack(tokens), parents_batch(mask, n)).tolist()
-    assert got == [nodes_in_use(t, m, n) for t, m in zip(tokens, masks)]
+    assert got == [_in_use_from_mask(t, m, n) for t, m in zip(tokens, masks)]
 
 
 def test_distinct_siblings_renames_repeats_only():
