@@ -40,8 +40,13 @@ bookkeeping of a chosen step (:meth:`WidthPolicy.observe_choice`): even width 1 
 choice is paid for, whatever is accepted) the choice needs no
 acceptance at all: :meth:`WidthPolicy.free_width` verifies every node, padding included (free, and
 sometimes accepted), probes at half width one step in ``PROBE_FREE`` and asks for the accepted paths
-one step in ``RATE_FREE``, so such a step costs almost no bookkeeping. Costs are kept per (batch
-size, width) cell, so the rare probes' samples stay in the fit until newer ones replace them.
+one step in ``RATE_FREE``, so such a step costs almost no bookkeeping. The same holds where rows do
+cost but choosing does not pay: each chosen step's expected saving against the full width (for the
+same tokens, from the fit) is averaged per batch size, and once ``MIN_CHOICES`` of them save less than
+``k_B`` (the trees there are full and deeply accepted, so the choice is the full width or nearly) the
+steps verify every node, one in ``RECHECK_FREE`` still choosing so that the saving keeps being
+measured (one that saves more starts the measurement over). Costs are kept per (batch size, width)
+cell, so the rare probes' samples stay in the fit until newer ones replace them.
 """
 
 from __future__ import annotations
@@ -64,7 +69,9 @@ DECAY = 1.0 - 1.0 / 2048  # per observed node: older paths weigh less
 PRIOR = 1.0  # pseudo observations behind an unrated node's acceptance ...
 PRIOR_P = 0.5  # ... at this rate (optimistic: an unrated node gets verified, and so rated)
 MIN_GAIN = 0.02  # a narrower width must beat the widest by this share of tokens per second
-CHOICE_DECAY = 1.0 / 64  # weight of the newest chosen step in the mean cost of choosing
+CHOICE_DECAY = 1.0 / 64  # weight of the newest chosen step in the mean cost of choosing (and its saving)
+MIN_CHOICES = 32  # chosen steps at a batch size before what choosing saves there counts as measured
+RECHECK_FREE = 64  # where choosing saves less than it costs, one step in this many still chooses (measures it again)
 
 
 def accepted_path(tokens: Sequence[int], parents: Sequence[int], out: Sequence[int], accepted: int,
@@ -187,6 +194,10 @@ class WidthPolicy:
         self._free_steps = 0
         self._choice_s: Dict[int, float] = {}  # batch size -> mean seconds a chosen step spends choosing
         self._choice_n: Dict[int, int] = {}  # ... -> steps behind that mean
+        self._saving_s: Dict[int, float] = {}  # batch size -> mean seconds a chosen step's width saves (expected)
+        self._saving_n: Dict[int, int] = {}  # ... -> steps behind that mean
+        self._rechecks = 0  # steps left at the full width because choosing did not pay
+        self._rechecking: Optional[int] = None  # batch size of a step chosen to measure that again
         self.chosen = collections.Counter()  # width -> steps (summary)
 
     # -- measurements ---------------------------------------------------
@@ -210,9 +221,7 @@ class WidthPolicy:
         the choice needs (nodes in use, the rating, the narrowing), beyond what a step at the full width does."""
         if sequences < 1 or seconds < 0:
             return
-        mean, count = self._choice_s.get(sequences, 0.0), self._choice_n.get(sequences, 0) + 1
-        self._choice_n[sequences] = count  # a plain mean over the first steps, then a decayed one
-        self._choice_s[sequences] = mean + max(CHOICE_DECAY, 1.0 / count) * (seconds - mean)
+        _running_mean(self._choice_s, self._choice_n, sequences, seconds)
 
     def observe_paths(self, kind: str, paths: Sequence[Sequence[int]], verified: int) -> None:
         """Sequences of ``kind`` had nodes ``1 .. verified - 1`` verified, and accepted ``paths``
@@ -284,7 +293,8 @@ class WidthPolicy:
 
     # -- the choice -----------------------------------------------------
     def free_width(self, sequences: int) -> Optional[Tuple[int, bool]]:
-        """Where rows are nearly free for a step of ``sequences`` (see module docstring): the step's width
+        """Where rows are nearly free for a step of ``sequences``, or choosing saves less than it costs (see
+        module docstring): the step's width
         (the full one; half of it on a probe step) and whether to rate its accepted paths
         (:meth:`observe_paths`); None where the width is to be chosen by :meth:`width`.
 
@@ -299,12 +309,24 @@ class WidthPolicy:
             return None
         choosing = self._choice_s.get(sequences, 0.0)
         if b * sequences * (self.n - 1) >= MIN_GAIN * (self._fixed(sequences) + b * sequences) + choosing:
-            return None
+            if not self._choice_idle(sequences, choosing):
+                return None
+            self._rechecks += 1
+            if self._rechecks % RECHECK_FREE == 0:
+                self._rechecking = sequences
+                return None
         self._steps += 1
         self._free_steps += 1
         if self._free_steps % PROBE_FREE == 0:
             return self._take(max(1, self.n // 2), "probe")[0], True
         return self._take(self.n, "rows nearly free")[0], self._free_steps % RATE_FREE == 0
+
+    def _choice_idle(self, sequences: int, choosing: float) -> bool:
+        """Choosing widths at this batch size was measured (``MIN_CHOICES`` chosen steps) to save less than
+        the bookkeeping it costs: the trees there are full and deeply accepted, so the chosen width is the
+        full one, or nearly."""
+        return (self._saving_n.get(sequences, 0) >= MIN_CHOICES and sequences in self._choice_s
+                and self._saving_s[sequences] < choosing)
 
     def width(self, kinds: Sequence[str], in_use: Sequence[int]) -> Tuple[int, str]:
         """The width of a step whose sequences are of ``kinds`` with ``in_use`` nodes (the tree's last
@@ -321,6 +343,8 @@ class WidthPolicy:
         widest = max(in_use, default=1)
         self._steps += 1
         if widest <= 1:
+            if self._fit is not None:
+                self._note_saving(len(in_use), self._fit[0] * len(in_use) * (self.n - 1))
             return self._take(1, "nothing proposed")
         best, why = self._best(kinds, in_use, widest)
         self._probes += 1
@@ -331,8 +355,11 @@ class WidthPolicy:
     def _best(self, kinds: Sequence[str], in_use: Sequence[int], widest: int) -> Tuple[int, str]:
         if self._fit is None:
             return widest, "cost not fitted yet"
-        b = self._fit[0]
         rows = len(kinds)
+        # Rows at the lower of the pooled fit and this batch size's own: narrowing on an overestimated row
+        # cost loses accepted tokens (worse than the full width), on an underestimated one it merely
+        # verifies padding, as the full width does.
+        b = min(self._fit[0], self._local_b.get(rows, self._fit[0]))
         fixed = max(self._fixed(rows), 1e-6)
         gain = np.zeros(widest)
         curves: Dict[str, np.ndarray] = {}
@@ -345,11 +372,21 @@ class WidthPolicy:
             use = max(1, use)
             gain[:use] += m * c[:use]
             gain[use:] += m * c[use - 1]  # nodes past the tree's last real one add nothing
-        rate = gain / (fixed + b * rows * np.arange(1, widest + 1) + self._token_s * gain)
+        seconds = fixed + b * rows * np.arange(1, widest + 1) + self._token_s * gain
+        rate = gain / seconds
         best = int(np.argmax(rate)) + 1
         if best < widest and rate[best - 1] < rate[-1] * (1 + MIN_GAIN):
             best = widest
+        # what the choice saves against the full width (padding verified too), for the same tokens
+        full = seconds[-1] + b * rows * (self.n - widest)
+        self._note_saving(rows, full * gain[best - 1] / gain[-1] - seconds[best - 1])
         return best, "best tokens per second"
+
+    def _note_saving(self, sequences: int, seconds: float) -> None:
+        recheck, self._rechecking = self._rechecking == sequences, None
+        if recheck and seconds >= self._choice_s.get(sequences, 0.0):
+            self._saving_n[sequences] = 0  # the traffic changed: measure what choosing saves over again
+        _running_mean(self._saving_s, self._saving_n, sequences, seconds)
 
     def _take(self, w: int, why: str) -> Tuple[int, str]:
         self.chosen[w] += 1
@@ -358,14 +395,25 @@ class WidthPolicy:
     def summary(self) -> dict:
         """What the policy measured, for ``/server_info``."""
         out = {"steps": self._steps, "rows_nearly_free_steps": self._free_steps,
+               "choice_not_paying_steps": self._rechecks,
                "choice_s": {k: round(v, 7) for k, v in sorted(self._choice_s.items())},
+               "choice_saving_s": {k: round(v, 7) for k, v in sorted(self._saving_s.items())},
                "widths": dict(sorted(self.chosen.items()))}
         if self._fit is not None:
             b, sizes, fixed = self._fit
             out["row_s"] = round(b, 7)
             out["token_s"] = round(self._token_s, 7)
+            out["row_s_by_size"] = {k: round(v, 7) for k, v in sorted(self._local_b.items())}
             out["fixed_s"] = {int(k): round(float(f), 6) for k, f in zip(sizes, fixed)}
         out["accepted_per_node"] = {k: [round(float(x), 3) for x in
                                         np.diff(np.concatenate(([0.0], acc.cumulative())))[1:]]
                                     for k, acc in self._kinds.items()}
         return out
+
+
+def _running_mean(means: Dict[int, float], counts: Dict[int, int], key: int, x: float) -> None:
+    """Fold ``x`` into ``means[key]``: a plain mean over the first samples, then one decayed by ``CHOICE_DECAY``
+    (a slow first sample weighs as one of many once they come)."""
+    mean, count = means.get(key, 0.0), counts.get(key, 0) + 1
+    counts[key] = count
+    means[key] = mean + max(CHOICE_DECAY, 1.0 / count) * (x - mean)

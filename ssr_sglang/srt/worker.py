@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.speculative.ngram_info import NgramVerifyInput
-from sglang.srt.speculative.ngram_worker import NGRAMWorker, reconstruct_indices_from_tree_mask_func
+from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ssr_sglang.core.policy import DraftPolicy
 from ssr_sglang.core.tree import (build_chain, distinct_siblings, distinct_siblings_batch, duplicate_siblings,
@@ -255,16 +255,18 @@ class SSRWorker(NGRAMWorker):
         Trees are in BFS order (a parent before its children), so the first ``width`` nodes are a
         subtree; the nodes cut are padding or, for a request with a narrower tree than the batch's
         widest, nothing. The KV slots stay reserved as for a full step; only fewer are written.
+
+        The subtree's verify metadata is the full tree's, cut: a node keeps its depth (its ancestors come
+        before it); its first child and its next sibling are the smallest such index, so either it lies
+        below ``width`` and stays, or none does (-1).
         """
         n, bs, info = self.draft_token_num, len(batch.reqs), batch.spec_info
         tokens = info.draft_token.view(bs, n)[:, :width].reshape(-1).contiguous()
         mask = info.custom_mask.view(bs, n, n)[:, :width, :width].reshape(-1).contiguous()
-        positions = torch.empty(bs * width, dtype=info.positions.dtype, device=tokens.device)
-        index = torch.empty((bs, width), dtype=info.retrieve_index.dtype, device=tokens.device)
-        next_token = torch.empty_like(index)
-        next_sibling = torch.empty_like(index)
-        reconstruct_indices_from_tree_mask_func(mask, batch.seq_lens, positions, index, next_token, next_sibling,
-                                                bs, width)
+        positions = info.positions.view(bs, n)[:, :width].reshape(-1).contiguous()
+        index = torch.arange(bs * width, dtype=info.retrieve_index.dtype, device=tokens.device).view(bs, width)
+        next_token = _cut(info.retrieve_next_token.view(bs, n)[:, :width], width)
+        next_sibling = _cut(info.retrieve_next_sibling.view(bs, n)[:, :width], width)
         batch.input_ids = tokens
         batch.out_cache_loc = batch.out_cache_loc.view(bs, n)[:, :width].reshape(-1).contiguous()
         batch.spec_info = NgramVerifyInput(
@@ -288,6 +290,11 @@ class SSRWorker(NGRAMWorker):
         req_drafts = np.zeros(bs * self.draft_token_num, dtype=np.int64)
         req_drafts[:: self.draft_token_num] = last
         return req_drafts, np.tile(mask, bs)
+
+
+def _cut(links: torch.Tensor, width: int) -> torch.Tensor:
+    """Node links (first child, next sibling; -1 for none) of a tree cut to its first ``width`` nodes."""
+    return torch.where(links < width, links, torch.full_like(links, -1))
 
 
 def _committed(result) -> float:

@@ -13,7 +13,8 @@ import random
 
 import pytest
 
-from ssr_sglang.core.width import PROBE_EVERY, PROBE_FREE, RATE_FREE, WidthPolicy, accepted_path
+from ssr_sglang.core.width import (MIN_CHOICES, PROBE_EVERY, PROBE_FREE, RATE_FREE, RECHECK_FREE, WidthPolicy,
+                                     accepted_path)
 
 N = 12
 FIXED = 0.008
@@ -240,3 +241,62 @@ def test_output_work_per_token_is_not_taken_for_a_row_cost():
     assert told["row_s"] < 0.00002 and told["rows_nearly_free_steps"] > 0.8 * 3000, told
     blind = _serve_output_bound(False)
     assert blind["token_s"] == 0 and blind["row_s"] > 0.00005 and blind["rows_nearly_free_steps"] < 0.5 * 3000, blind
+
+
+def _serve_four(p, in_use, steps, choice_s=0.0003, row=0.00004, seed=2):
+    """Four sequences a step, rows at ``row`` seconds each (not nearly free: width 1 would save far more than
+    2% of a step), every tree ``in_use`` nodes deep and all of them accepted; a step whose width is chosen
+    spends ``choice_s`` on it. Returns how many steps were chosen."""
+    rng = random.Random(seed)
+    tokens = list(range(100, 100 + N))
+    chosen = 0
+    for _ in range(steps):
+        free = p.free_width(4)
+        if free is None:
+            w = p.width(["k"] * 4, [in_use] * 4)[0]
+            p.observe_choice(4, choice_s)
+            chosen += 1
+        else:
+            w = free[0]
+        depth = min(w, in_use) - 1
+        path = accepted_path(tokens, CHAIN_PARENTS, tokens[1:depth + 1] + [7], depth + 1, w)
+        p.observe_paths("k", [path] * 4, w)
+        p.observe_step(4, w, (FIXED + row * 4 * w) * rng.uniform(0.95, 1.05))
+    return chosen
+
+
+def test_a_choice_that_saves_less_than_it_costs_is_not_made():
+    """Full trees, every node accepted: the best width is the full one, so choosing saves nothing and
+    costs 0.3 ms a step; after ``MIN_CHOICES`` such steps the policy verifies every node without choosing,
+    but for one step in ``RECHECK_FREE``. Where the trees are half full (6 of 12 nodes: 24 padding rows a
+    step at 40 us, about 1 ms) choosing pays and every step chooses; when the traffic changes to that, a
+    recheck notices and choosing resumes."""
+    full = WidthPolicy(N)
+    chosen = _serve_four(full, N, 3000)
+    assert chosen < MIN_CHOICES + 60 + 3000 // RECHECK_FREE, chosen
+    summary = full.summary()
+    assert summary["choice_saving_s"][4] < summary["choice_s"][4]
+    assert summary["choice_not_paying_steps"] > 2500
+
+    half = WidthPolicy(N)
+    assert _serve_four(half, 6, 3000) > 2900
+    assert half.summary()["choice_saving_s"][4] > 0.0008
+
+    assert _serve_four(full, 6, 1000, seed=3) > 900  # the same policy, once the trees are half full
+
+
+def test_an_unmeasured_cost_of_choosing_never_stops_the_choice():
+    """Full trees, but the cost of choosing never measured (nothing says choosing costs): every step chooses."""
+    p = WidthPolicy(N)
+    tokens = list(range(100, 100 + N))
+    chosen = 0
+    for _ in range(500):
+        free = p.free_width(4)
+        if free is None:
+            chosen += 1
+            w = p.width(["k"] * 4, [N] * 4)[0]
+        else:
+            w = free[0]
+        p.observe_paths("k", [accepted_path(tokens, CHAIN_PARENTS, tokens[1:w] + [7], w, w)] * 4, w)
+        p.observe_step(4, w, FIXED + 0.00004 * 4 * w)
+    assert chosen == 500

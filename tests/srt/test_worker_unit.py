@@ -37,3 +37,49 @@ def test_padding_made_distinct_the_same_way_batched_or_not(bs):
     for i in range(bs):
         dups = duplicate_siblings(batched[i * n:(i + 1) * n], mask[i * n * n:(i + 1) * n * n], n)
         assert (dups == 0) if i in rows else (batched[i * n:(i + 1) * n] == tokens[i * n:(i + 1) * n]).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_narrowed_step_has_the_metadata_of_its_subtree(seed):
+    """``_narrow`` cuts the full tree's verify metadata; it must equal what SGLang's reconstruction gives
+    for the subtree of the first ``width`` nodes (random parent-before-child trees, several widths)."""
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.speculative.ngram_info import NgramVerifyInput
+    from sglang.srt.speculative.ngram_worker import reconstruct_indices_from_tree_mask_func
+
+    rng = np.random.default_rng(seed)
+    bs, n = 3, 12
+    mask = np.zeros((bs, n, n), dtype=bool)
+    for b in range(bs):
+        parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+        for i in range(n):
+            j = i
+            while j != -1:
+                mask[b, i, j], j = True, parents[j]
+    seq_lens = torch.tensor(rng.integers(5, 50, bs), dtype=torch.int64)
+
+    def metadata(m: np.ndarray, w: int):
+        flat = torch.from_numpy(m.reshape(-1).copy())
+        pos = torch.empty(bs * w, dtype=torch.int64)
+        index, nxt, sib = (torch.empty((bs, w), dtype=torch.int64) for _ in range(3))
+        reconstruct_indices_from_tree_mask_func(flat, seq_lens, pos, index, nxt, sib, bs, w)
+        return flat, pos, index, nxt, sib
+
+    flat, pos, index, nxt, sib = metadata(mask, n)
+    for width in (1, 2, 5, 11):
+        info = NgramVerifyInput(draft_token=torch.arange(bs * n), custom_mask=flat, positions=pos, retrieve_index=index,
+                                retrieve_next_token=nxt, retrieve_next_sibling=sib, draft_token_num=n)
+        batch = SimpleNamespace(reqs=[None] * bs, spec_info=info, seq_lens=seq_lens, input_ids=None,
+                                out_cache_loc=torch.arange(bs * n))
+        host = SimpleNamespace(draft_token_num=n, _width=n)
+        worker.SSRWorker._narrow(host, batch, width)
+        _, want_pos, want_index, want_next, want_sibling = metadata(mask[:, :width, :width], width)
+        got = batch.spec_info
+        assert host._width == width == got.draft_token_num
+        assert got.positions.tolist() == want_pos.tolist()
+        assert got.retrieve_index.tolist() == want_index.tolist()
+        assert got.retrieve_next_token.tolist() == want_next.tolist()
+        assert got.retrieve_next_sibling.tolist() == want_sibling.tolist()
+        assert batch.input_ids.tolist() == torch.arange(bs * n).view(bs, n)[:, :width].reshape(-1).tolist()
