@@ -24,7 +24,9 @@ What is measured: ``c`` from how the iteration time follows ``T`` among the step
 width) seen lately (rows fixed there); ``b`` by least squares over the median iteration time at each
 (sequences, width), less ``c`` times its mean ``T``, from the differences between widths at the same batch
 size (wider steps commit more tokens: without ``c`` their output work would read as a row cost); and
-``f(B)`` as what is left at each batch size seen (interpolated, or extrapolated linearly, for others)
+``f(B)`` as what is left at each batch size seen (interpolated, or extrapolated linearly, for others);
+a batch size's own ``b`` also from the time differences of consecutive steps of differing widths (same
+requests, same contexts: ``dt = b * B * dw + c * dT``), the lower of the two kept
 (:meth:`WidthPolicy.observe_step`; whole iterations, since the work outside the forward makes
 every step dearer and so every accepted token worth more); ``p_k`` from each step's accepted paths, per node over
 the steps that verified it, decayed so that it follows the traffic (:meth:`WidthPolicy.observe_paths`).
@@ -58,6 +60,8 @@ import numpy as np
 
 __all__ = ["WidthPolicy", "accepted_path", "PROBE_EVERY", "PROBE_FREE", "RATE_FREE"]
 
+PAIRS = 512  # recent pairs of consecutive steps kept per batch size
+MIN_PAIRS = 16  # ... of which this many must differ in width before they give the batch size's row cost
 CELL_SAMPLES = 32  # recent iteration times kept per (batch size, width) cell behind the cost fit
 STALE = 4096  # a cell not observed in this many iterations leaves the fit
 MIN_FIT = 16  # samples, two widths at one batch size at least, before the cost counts as fitted
@@ -199,12 +203,25 @@ class WidthPolicy:
         self._rechecks = 0  # steps left at the full width because choosing did not pay
         self._rechecking: Optional[int] = None  # batch size of a step chosen to measure that again
         self.chosen = collections.Counter()  # width -> steps (summary)
+        self._prev: Optional[Tuple[int, int, int, float, float]] = None  # (index, B, w, seconds, tokens) last observed
+        self._pairs: Dict[int, Deque[Tuple[float, float, float]]] = {}  # B -> (dx, dz, dy) of consecutive steps
 
     # -- measurements ---------------------------------------------------
-    def observe_step(self, sequences: int, width: int, seconds: float, tokens: float = 0.0) -> None:
-        """An iteration that verified ``sequences`` at ``width`` took ``seconds`` and committed ``tokens``."""
+    def observe_step(self, sequences: int, width: int, seconds: float, tokens: float = 0.0,
+                     index: Optional[int] = None) -> None:
+        """An iteration that verified ``sequences`` at ``width`` took ``seconds`` and committed ``tokens``;
+        ``index``: the engine's count of forward passes (consecutive steps pair up)."""
         if sequences < 1 or width < 1 or seconds <= 0:
             return
+        prev, self._prev = self._prev, None
+        if index is not None:
+            self._prev = (index, sequences, width, seconds, tokens)
+            if prev is not None and prev[0] == index - 1 and prev[1] == sequences \
+                    and max(seconds, prev[3]) < 2.0 * min(seconds, prev[3]):
+                pairs = self._pairs.get(sequences)
+                if pairs is None:
+                    pairs = self._pairs[sequences] = collections.deque(maxlen=PAIRS)
+                pairs.append((float(sequences * (width - prev[2])), float(tokens - prev[4]), float(seconds - prev[3])))
         key = (int(sequences), int(width))
         cell = self._cells.get(key)
         if cell is None:
@@ -268,11 +285,26 @@ class WidthPolicy:
             sxx += bxx
         if sxx <= 0:
             return None
+        # A batch size's own row cost is also read from consecutive steps that differ in width: they share
+        # their requests and contexts, which the cells do not (the widths follow what is verified: narrow
+        # for reasoning, with shorter contexts, full for answers), so the cells can overstate it. Each
+        # estimate errs high in its own way; the lower is kept (see _row_s).
+        for bs, pairs in self._pairs.items():
+            fit = _pair_fit(pairs)
+            if fit is not None:
+                self._local_b[bs] = min(self._local_b.get(bs, float("inf")), max(0.0, fit[0]))
         b = max(0.0, sxy / sxx)
         sizes = np.array(sorted(by_size), dtype=np.float64)
-        fixed = np.array([sum(wt * (y - b * x - c * z) for x, z, y, wt in by_size[k]) / sum(r[3] for r in by_size[k])
-                          for k in sorted(by_size)])
+        fixed = np.array([sum(wt * (y - self._row_s(k, b) * x - c * z) for x, z, y, wt in by_size[k])
+                          / sum(r[3] for r in by_size[k]) for k in sorted(by_size)])
         return b, sizes, fixed
+
+    def _row_s(self, sequences: int, pooled: Optional[float] = None) -> float:
+        """Seconds per verified row at this batch size: the lower of the pooled fit and the batch size's own.
+        Narrowing on an overstated row cost loses accepted tokens (worse than the full width); on an
+        understated one it merely verifies padding, as the full width does."""
+        pooled = self._fit[0] if pooled is None else pooled
+        return min(pooled, self._local_b.get(sequences, pooled))
 
     def _fixed(self, sequences: int) -> float:
         """``f(B)``: measured at ``B``, interpolated between sizes seen, extrapolated linearly beyond (kept
@@ -344,7 +376,7 @@ class WidthPolicy:
         self._steps += 1
         if widest <= 1:
             if self._fit is not None:
-                self._note_saving(len(in_use), self._fit[0] * len(in_use) * (self.n - 1))
+                self._note_saving(len(in_use), self._row_s(len(in_use)) * len(in_use) * (self.n - 1))
             return self._take(1, "nothing proposed")
         best, why = self._best(kinds, in_use, widest)
         self._probes += 1
@@ -356,10 +388,7 @@ class WidthPolicy:
         if self._fit is None:
             return widest, "cost not fitted yet"
         rows = len(kinds)
-        # Rows at the lower of the pooled fit and this batch size's own: narrowing on an overestimated row
-        # cost loses accepted tokens (worse than the full width), on an underestimated one it merely
-        # verifies padding, as the full width does.
-        b = min(self._fit[0], self._local_b.get(rows, self._fit[0]))
+        b = self._row_s(rows)
         fixed = max(self._fixed(rows), 1e-6)
         gain = np.zeros(widest)
         curves: Dict[str, np.ndarray] = {}
@@ -405,6 +434,8 @@ class WidthPolicy:
             out["token_s"] = round(self._token_s, 7)
             out["row_s_by_size"] = {k: round(v, 7) for k, v in sorted(self._local_b.items())}
             out["fixed_s"] = {int(k): round(float(f), 6) for k, f in zip(sizes, fixed)}
+        allp = [x for ps in self._pairs.values() for x in ps]
+        out["pairs"] = {"all": _pair_fit(allp), **{k: _pair_fit(ps) for k, ps in sorted(self._pairs.items())}}
         out["accepted_per_node"] = {k: [round(float(x), 3) for x in
                                         np.diff(np.concatenate(([0.0], acc.cumulative())))[1:]]
                                     for k, acc in self._kinds.items()}
@@ -417,3 +448,22 @@ def _running_mean(means: Dict[int, float], counts: Dict[int, int], key: int, x: 
     mean, count = means.get(key, 0.0), counts.get(key, 0) + 1
     counts[key] = count
     means[key] = mean + max(CHOICE_DECAY, 1.0 / count) * (x - mean)
+
+
+def _pair_fit(pairs) -> Optional[Tuple[float, float, int]]:
+    """(row seconds, token seconds, pairs) by least squares through the origin on consecutive steps'
+    differences ``dy = b * dx + c * dz``; None where fewer than ``MIN_PAIRS`` of them differ in width.
+
+    >>> pairs = [(4.0 * dw, dz, 4e-5 * 4 * dw + 3e-5 * dz) for dw, dz in [(6, 2), (-6, -1), (0, 3), (3, 0)] * 8]
+    >>> _pair_fit(pairs)
+    (4e-05, 3e-05, 32)
+    """
+    if sum(1 for p in pairs if p[0] != 0) < MIN_PAIRS:
+        return None
+    a = np.asarray(pairs, dtype=np.float64)
+    x = a[:, :2]
+    m = x.T @ x
+    if abs(np.linalg.det(m)) < 1e-12 * max(1.0, m[0, 0] * m[1, 1]) or m[0, 0] <= 0:
+        return None
+    b, c = np.linalg.solve(m, x.T @ a[:, 2])
+    return round(float(b), 7), round(float(c), 7), len(pairs)

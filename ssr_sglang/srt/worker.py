@@ -69,6 +69,7 @@ class SSRWorker(NGRAMWorker):
         self._chosen = False  # the width policy chose the width of the step being prepared
         self._choice_s: Optional[float] = None  # seconds of bookkeeping a chosen width cost this step
         self._width = self.draft_token_num  # nodes verified in the current step
+        self._forwards = 0  # forward passes so far (the width policy pairs consecutive steps)
         # Overlap scheduling: per request of the batch being prepared, the previous step's accepted tokens
         # not yet in req.output_ids (None when nothing is pending; see ssr_sglang.srt.overlap)
         self._pending: Optional[dict] = None
@@ -89,10 +90,11 @@ class SSRWorker(NGRAMWorker):
     # -- one step: timing, and the rows of a narrowed verify -------------------
     def forward_batch_generation(self, batch, *args, **kwargs):
         started = time.perf_counter()
+        self._forwards += 1
         last, self._last_timed = self._last_timed, None
         if last is not None and batch.forward_mode.is_decode() and self.width_policy is not None:
             # decode right after decode: the interval between their starts is the whole last iteration
-            self.width_policy.observe_step(last[0], last[1], started - last[2], last[3])
+            self.width_policy.observe_step(last[0], last[1], started - last[2], last[3], last[4])
         self._width = self.draft_token_num
         self._trees = None
         self._chosen = False
@@ -108,7 +110,7 @@ class SSRWorker(NGRAMWorker):
                 self.width_policy.observe_choice(len(batch.reqs), self._choice_s + time.perf_counter() - t0)
         if self._chosen and self.width_policy is not None:
             # tokens committed: wider steps commit more, and their output work is no row cost (CPU tensors)
-            self._last_timed = (len(batch.reqs), self._width, started, _committed(result))
+            self._last_timed = (len(batch.reqs), self._width, started, _committed(result), self._forwards)
         if self._width < self.draft_token_num:
             # Accepted tokens come back in rows of ``width``; SGLang reads rows of the full width.
             rows = result.next_token_ids.view(-1, self._width)

@@ -300,3 +300,39 @@ def test_an_unmeasured_cost_of_choosing_never_stops_the_choice():
         p.observe_paths("k", [accepted_path(tokens, CHAIN_PARENTS, tokens[1:w] + [7], w, w)] * 4, w)
         p.observe_step(4, w, FIXED + 0.00004 * 4 * w)
     assert chosen == 500
+
+
+def _serve_confounded(pair_steps: bool, steps=4000, row=0.00003, per_context_token=0.00002, seed=4):
+    """Four sequences a step, in cycles of a reasoning stretch (shallow acceptance, short contexts) and an
+    answer stretch (deep acceptance, long contexts). A step costs ``FIXED + row * 4 * w`` plus
+    ``per_context_token`` per context token (summed over the batch), which no width changes; the policy
+    narrows while reasoning and not while answering, so its wide cells also carry the long contexts.
+    ``pair_steps``: the engine tells the policy which steps are consecutive."""
+    rng = random.Random(seed)
+    tokens = list(range(100, 100 + N))
+    p = WidthPolicy(N)
+    for i in range(steps):
+        phase = i % 200
+        kind, q = ("reasoning", 0.3) if phase < 100 else ("answer", 0.95)
+        context = 4 * (100 + phase)  # grows through the cycle
+        free = p.free_width(4)
+        w = free[0] if free is not None else p.width([kind] * 4, [N] * 4)[0]
+        depth = 0
+        while depth + 1 < w and rng.random() < q:
+            depth += 1
+        path = accepted_path(tokens, CHAIN_PARENTS, tokens[1:depth + 1] + [7], depth + 1, w)
+        p.observe_paths(kind, [path] * 4, w)
+        seconds = (FIXED + row * 4 * w + per_context_token * context) * rng.uniform(0.98, 1.02)
+        p.observe_step(4, w, seconds, 4.0 * (depth + 1), i if pair_steps else None)
+    return p.summary()
+
+
+def test_consecutive_steps_give_a_row_cost_their_contexts_do_not_bias():
+    """The cells' fit reads the long contexts of the wide (answer) steps as a row cost; consecutive steps share
+    their contexts, so their differences give the row cost the steps really have (30 us), and the policy
+    keeps the lower."""
+    cells = _serve_confounded(False)
+    pairs = _serve_confounded(True)
+    assert cells["row_s_by_size"][4] > 2 * 0.00003, cells
+    assert pairs["row_s_by_size"][4] == pytest.approx(0.00003, rel=0.3), pairs
+    assert pairs["pairs"][4][2] > 100
