@@ -434,8 +434,8 @@ class WidthPolicy:
             out["token_s"] = round(self._token_s, 7)
             out["row_s_by_size"] = {k: round(v, 7) for k, v in sorted(self._local_b.items())}
             out["fixed_s"] = {int(k): round(float(f), 6) for k, f in zip(sizes, fixed)}
-        allp = [x for ps in self._pairs.values() for x in ps]
-        out["pairs"] = {"all": _pair_fit(allp), **{k: _pair_fit(ps) for k, ps in sorted(self._pairs.items())}}
+        fits = {k: _pair_fit(ps) for k, ps in sorted(self._pairs.items())}  # (row s, token s, pairs) per batch size
+        out["pairs"] = {k: [round(f[0], 7), round(f[1], 7), f[2]] for k, f in fits.items() if f is not None}
         out["accepted_per_node"] = {k: [round(float(x), 3) for x in
                                         np.diff(np.concatenate(([0.0], acc.cumulative())))[1:]]
                                     for k, acc in self._kinds.items()}
@@ -455,15 +455,17 @@ def _pair_fit(pairs) -> Optional[Tuple[float, float, int]]:
     differences ``dy = b * dx + c * dz``; None where fewer than ``MIN_PAIRS`` of them differ in width.
 
     >>> pairs = [(4.0 * dw, dz, 4e-5 * 4 * dw + 3e-5 * dz) for dw, dz in [(6, 2), (-6, -1), (0, 3), (3, 0)] * 8]
-    >>> _pair_fit(pairs)
-    (4e-05, 3e-05, 32)
+    >>> [round(x, 7) for x in _pair_fit(pairs)]
+    [4e-05, 3e-05, 32]
     """
-    if sum(1 for p in pairs if p[0] != 0) < MIN_PAIRS:
+    if len(pairs) < MIN_PAIRS:
         return None
     a = np.asarray(pairs, dtype=np.float64)
+    if np.count_nonzero(a[:, 0]) < MIN_PAIRS:
+        return None
     x = a[:, :2]
     m = x.T @ x
-    if abs(np.linalg.det(m)) < 1e-12 * max(1.0, m[0, 0] * m[1, 1]) or m[0, 0] <= 0:
+    if abs(np.linalg.det(m)) < 1e-12 * max(1.0, m[0, 0] * m[1, 1]):
         return None
     b, c = np.linalg.solve(m, x.T @ a[:, 2])
-    return round(float(b), 7), round(float(c), 7), len(pairs)
+    return float(b), float(c), len(pairs)

@@ -330,9 +330,12 @@ def _serve_confounded(pair_steps: bool, steps=4000, row=0.00003, per_context_tok
 def test_consecutive_steps_give_a_row_cost_their_contexts_do_not_bias():
     """The cells' fit reads the long contexts of the wide (answer) steps as a row cost; consecutive steps share
     their contexts, so their differences give the row cost the steps really have (30 us), and the policy
-    keeps the lower."""
+    keeps the lower. Few consecutive steps differ in width, so one run's estimate is noisy: the median of
+    four runs is held to the truth, every run to far below the cells' figure."""
     cells = _serve_confounded(False)
-    pairs = _serve_confounded(True)
-    assert cells["row_s_by_size"][4] > 2 * 0.00003, cells
-    assert pairs["row_s_by_size"][4] == pytest.approx(0.00003, rel=0.3), pairs
-    assert pairs["pairs"][4][2] > 100
+    assert cells["row_s_by_size"][4] > 4 * 0.00003, cells
+    runs = [_serve_confounded(True, seed=seed) for seed in range(4, 8)]
+    own = sorted(r["row_s_by_size"][4] for r in runs)
+    assert (own[1] + own[2]) / 2 == pytest.approx(0.00003, rel=0.3), own
+    assert own[-1] < cells["row_s_by_size"][4] / 3, own
+    assert all(r["pairs"][4][2] > 100 for r in runs)
