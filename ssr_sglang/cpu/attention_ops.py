@@ -53,9 +53,15 @@ _FP8_DTYPES = tuple(
 )
 
 
+def _rows(buffer: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """``buffer[slots]`` for an index tensor of any shape (``index_select`` on the flattened slots: the
+    same values, several times faster than advanced indexing for small rows)."""
+    return buffer.index_select(0, slots.reshape(-1)).view(*slots.shape, *buffer.shape[1:])
+
+
 def _load_kv(buffer: torch.Tensor, slots: torch.Tensor, scale: float) -> torch.Tensor:
     """Rows ``slots`` of a KV buffer as float32 (dequantised when the buffer is fp8)."""
-    rows = buffer[slots].float()
+    rows = _rows(buffer, slots).float()
     if buffer.dtype in _FP8_DTYPES and scale != 1.0:
         rows = rows * scale
     return rows
@@ -66,7 +72,7 @@ def _load_raw(buffer: torch.Tensor, slots: torch.Tensor, scale: float) -> torch.
     float32 copy is made once, in the layout the product needs (:func:`_attend_one`)."""
     if buffer.dtype in _FP8_DTYPES:
         return _load_kv(buffer, slots, scale)
-    return buffer[slots]
+    return _rows(buffer, slots)
 
 
 def _check_unsupported(is_cross_attention: bool, op: str) -> None:
@@ -86,34 +92,54 @@ def _attend(
     logit_cap: float,
     sinks: Optional[torch.Tensor],  # [H] float32 or None
 ) -> torch.Tensor:
+    """:func:`_attend_heads` for keys and values in position-major layout; returns ``[B, M, H, Dv]``."""
+    return _attend_heads(q, _heads(k), _heads(v), visible, sm_scale, logit_cap, sinks)
+
+
+def _heads(x: torch.Tensor) -> torch.Tensor:
+    """``[B, L, Hkv, D]`` keys or values as a contiguous float32 ``[B, Hkv, L, D]`` (one copy)."""
+    b, length, hkv, d = x.shape
+    return torch.empty(b, hkv, length, d, dtype=torch.float32).copy_(x.permute(0, 2, 1, 3))
+
+
+def _attend_heads(
+    q: torch.Tensor,  # [B, M, H, Dq] float32
+    k: torch.Tensor,  # [B, Hkv, L, Dq] float32, contiguous
+    v: torch.Tensor,  # [B, Hkv, L, Dv] float32, contiguous
+    visible: Optional[torch.Tensor],  # [B, M, L] bool, None = everything visible
+    sm_scale: float,
+    logit_cap: float,
+    sinks: Optional[torch.Tensor],  # [H] float32 or None
+) -> torch.Tensor:
     """Softmax attention of ``M`` queries over ``L`` keys for ``B`` requests at once, GQA-aware.
 
-    Returns ``[B, M, H, Dv]``. Every dot product reduces over the head dimension, and a key that is
-    not visible contributes an exact zero, so a request's result does not depend on the others in
-    the batch or on how far its keys are padded.
+    Returns ``[B, M, H, Dv]``. The query heads that share a key head are the rows of one product with
+    that head's keys (two batched matrix products over ``B * Hkv`` problems, no copy of the keys per
+    query head). Every dot product reduces over the head dimension, and a key that is not visible
+    contributes an exact zero, so a request's result does not depend on the others in the batch or on
+    how far its keys are padded.
     """
     b, m, h, dq = q.shape
-    hkv = k.shape[2]
+    hkv, length = k.shape[1], k.shape[2]
     if h % hkv != 0:
         raise ValueError(f"number of query heads ({h}) is not a multiple of kv heads ({hkv})")
     group = h // hkv
-    qg = q.reshape(b, m, hkv, group, dq).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, M, Dq]
-    kt = k.permute(0, 2, 3, 1).unsqueeze(2)  # [B, Hkv, 1, Dq, L]
-    scores = torch.matmul(qg, kt) * sm_scale  # [B, Hkv, G, M, L]
+    qg = q.reshape(b, m, hkv, group, dq).permute(0, 2, 3, 1, 4).reshape(b, hkv, group * m, dq)
+    scores = torch.matmul(qg, k.transpose(-1, -2)).mul_(sm_scale).view(b, hkv, group, m, length)
     if logit_cap > 0:
         scores = logit_cap * torch.tanh(scores / logit_cap)
     if visible is not None:
-        scores = scores.masked_fill(~visible[:, None, None], float("-inf"))
+        scores.masked_fill_(~visible[:, None, None], float("-inf"))
     row_max = scores.amax(dim=-1, keepdim=True)
     if sinks is not None:
         row_max = torch.maximum(row_max, sinks.view(1, hkv, group, 1, 1))
     # Fully masked rows (no visible key, no sink) would give NaN; they produce zeros instead.
     row_max = torch.nan_to_num(row_max, nan=0.0, neginf=0.0)
-    probs = torch.exp(scores - row_max)
+    probs = scores.sub_(row_max).exp_()
     denom = probs.sum(dim=-1, keepdim=True)
     if sinks is not None:
         denom = denom + torch.exp(sinks.view(1, hkv, group, 1, 1) - row_max)
-    out = torch.matmul(probs, v.permute(0, 2, 1, 3).unsqueeze(2))  # [B, Hkv, G, M, Dv]
+    out = torch.matmul(probs.view(b, hkv, group * m, length), v).view(b, hkv, group, m, v.shape[-1])
     out = out / torch.where(denom > 0, denom, torch.ones_like(denom))
     return out.permute(0, 3, 1, 2, 4).reshape(b, m, h, v.shape[-1])
 
@@ -379,13 +405,14 @@ def _extend_batched(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, 
     lens = seq_lens.long()
     width = int(lens.max())
     prefix = lens - ext
-    k = _gather_kv(k_buffer, key_scale, req_to_token, req_pool_indices.long(), lens, width)
-    v = _gather_kv(v_buffer, value_scale, req_to_token, req_pool_indices.long(), lens, width)
+    pool_rows = req_pool_indices.long()
+    k = _heads(_gather_kv(k_buffer, key_scale, req_to_token, pool_rows, lens, width, raw=True))
+    v = _heads(_gather_kv(v_buffer, value_scale, req_to_token, pool_rows, lens, width, raw=True))
     if k_extend is not None and v_extend is not None:  # this step's keys as given, not as stored
         rows = torch.arange(bsz).repeat_interleave(ext)
         cols = (prefix[:, None] + torch.arange(ext)[None, :]).reshape(-1)
-        k[rows, cols] = k_extend[: bsz * ext].float()
-        v[rows, cols] = v_extend[: bsz * ext].float()
+        k[rows, :, cols] = k_extend[: bsz * ext].float()
+        v[rows, :, cols] = v_extend[: bsz * ext].float()
     if tree_mask is not None:
         block = tree_mask[: bsz * ext * ext].view(bsz, ext, ext).bool()
     elif is_causal:
@@ -399,7 +426,7 @@ def _extend_batched(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, 
     o = o_extend[: bsz * ext].view(bsz, ext, *o_extend.shape[1:])
     rows = max(1, _CHUNK_SCORE_ELEMS // (bsz * q.shape[2] * width))  # queries per chunk
     for c0 in range(0, ext, rows):
-        out = _attend(q[:, c0:c0 + rows], k, v, visible[:, c0:c0 + rows], sm_scale, logit_cap, sinks)
+        out = _attend_heads(q[:, c0:c0 + rows], k, v, visible[:, c0:c0 + rows], sm_scale, logit_cap, sinks)
         o[:, c0:c0 + rows] = out.to(o_extend.dtype)
 
 

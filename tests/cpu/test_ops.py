@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ssr_sglang.cpu import ops
-from ssr_sglang.cpu.attention_ops import _attend as _ATTEND
+from ssr_sglang.cpu.attention_ops import _attend_heads as _ATTEND
 from ssr_sglang.cpu.attention_ops import decode_attention_cpu, extend_attention_cpu
 
 SEEDS = [0, 1, 2]
@@ -360,7 +360,7 @@ def test_extend_query_chunking(monkeypatch, window):
     assert attn._batchable(ext, b["starts"].tolist(), b["seq_lens"].tolist(), 4)
     full = _run_extend(b, h=4, dv=8, scale=0.3, window=window)
     calls = []
-    monkeypatch.setattr(attn, "_attend", lambda q, *a: calls.append(q.shape[1]) or _ATTEND(q, *a))
+    monkeypatch.setattr(attn, "_attend_heads", lambda q, *a: calls.append(q.shape[1]) or _ATTEND(q, *a))
     monkeypatch.setattr(attn, "_CHUNK_SCORE_ELEMS", 2 * 4 * 45 * 3)  # 3 queries per chunk (6 per request alone)
     chunked = _run_extend(b, h=4, dv=8, scale=0.3, window=window)
     assert max(calls) <= 6 and len(calls) >= 14, calls
