@@ -207,7 +207,7 @@ class DraftPolicy:
 
     # -- measurements ---------------------------------------------------
     def observe_step(self, batch_size: int, drafts: int, seconds: float, reasoning: bool,
-                     after_prefill: bool = False) -> None:
+                     after_prefill: bool = False, after_draft: bool = False) -> None:
         """A decode step of ``batch_size`` client requests and ``drafts`` drafts took ``seconds``;
         ``reasoning``: every client request of the batch was reasoning. A draft's cost is measured
         on reasoning steps only (like against like: answer steps build proposals and verify fuller
@@ -217,6 +217,11 @@ class DraftPolicy:
         prefill's work (its outputs, the new requests' first decode setup), so it is no sample of a
         step; its excess over the expected step is added to the prefill of the drafts that pass
         started (:meth:`observe_prefill`), if it started any.
+
+        ``after_draft``: the step follows one with more drafts in it. It also finishes the work of the
+        drafts that left (their last outputs, their release), so it is no sample either: counted as a
+        draft-free step it would raise the draft-free baseline and hide what the drafts beside the
+        other steps cost.
 
         >>> p = DraftPolicy()
         >>> for _ in range(8):
@@ -234,6 +239,8 @@ class DraftPolicy:
         b = bucket(batch_size)
         if after_prefill:
             self._settle_prefill(b, drafts, seconds)
+            return
+        if after_draft:
             return
         if not reasoning:
             if drafts == 0:

@@ -24,6 +24,9 @@ class StageClock:
         # The last batch charged was a prefill: the next decode step finishes its work (first outputs, the new
         # requests' first decode setup) and is no sample of a plain step (DraftPolicy.observe_step).
         self._after_prefill = False
+        # Drafts in the last decode step: a step with fewer also finishes the work of the drafts that left
+        # (their last outputs, their release) and is no sample of a step (DraftPolicy.observe_step).
+        self._drafts = 0
 
     @staticmethod
     def step_ran(result, started: float, width: int) -> None:
@@ -75,9 +78,10 @@ class StageClock:
         with_draft = {st.parent_rid for st in batch_states if st is not None and st.is_draft}
         drafts = sum(1 for st in batch_states if st is not None and st.is_draft)
         after_prefill, self._after_prefill = self._after_prefill, False
+        after_draft, self._drafts = drafts < self._drafts, drafts
         if self.policy is not None and loop is not None:
             reasoning = all(st is not None and (st.is_draft or st.phase == REASONING) for st in batch_states)
-            self.policy.observe_step(len(batch_states) - drafts, drafts, loop, reasoning, after_prefill)
+            self.policy.observe_step(len(batch_states) - drafts, drafts, loop, reasoning, after_prefill, after_draft)
         for st in batch_states:
             if st is not None and not st.is_draft:
                 st.note_step_time(seconds, st.rid in with_draft)

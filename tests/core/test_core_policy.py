@@ -342,3 +342,24 @@ def test_in_doubt_about_a_plain_a_marginal_draft_waits_for_control_requests():
     assert d.fork is True and d.reason == "saving > cost", d
     d = _doubtful(0.3).decide(view)
     assert d.fork is True and d.reason == "saving > cost", d
+
+
+def test_the_step_after_a_draft_leaves_is_no_sample_of_a_draft_free_step():
+    """A step right after a draft left the batch also finishes the draft's work (its last outputs, its
+    release). Counted as a draft-free step it raises the baseline and hides the drafts' cost: with
+    short gaps between drafts (one such step and one ordinary draft-free step each), a draft that
+    costs 1 ms a step would read as free."""
+    def measured(flag):
+        policy = DraftPolicy()
+        for _ in range(16):
+            for _ in range(20):
+                policy.observe_step(1, 1, STEP + 0.001, True)
+            policy.observe_step(1, 0, STEP + 0.004, True, after_draft=flag)
+            policy.observe_step(1, 0, STEP, True)
+        s = policy.summary()
+        return s["draft_step_s"][1], s["reasoning_step_s"][1]
+
+    extra, step = measured(True)
+    assert abs(extra - 0.001) < 1e-9 and abs(step - STEP) < 1e-9
+    extra, _ = measured(False)
+    assert extra < 0.0

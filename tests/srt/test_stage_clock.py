@@ -1,5 +1,6 @@
 """``StageClock`` tells the drafting policy which decode step follows a prefill pass (stand-ins for SGLang's
-batches and results): that step also finishes the prefill's work, so it is no sample of a plain step."""
+batches and results): that step also finishes the prefill's work, so it is no sample of a plain step; nor is
+the step after a draft left the batch."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ class _Policy:
     def __init__(self):
         self.calls = []
 
-    def observe_step(self, batch_size, drafts, seconds, reasoning, after_prefill=False):
-        self.calls.append(("step", batch_size, drafts, after_prefill))
+    def observe_step(self, batch_size, drafts, seconds, reasoning, after_prefill=False, after_draft=False):
+        self.calls.append(("step", batch_size, drafts, after_prefill) + (("after draft",) if after_draft else ()))
 
     def observe_prefill(self, seconds, drafts=1):
         self.calls.append(("prefill", drafts))
@@ -45,6 +46,9 @@ def test_the_step_after_a_prefill_is_flagged_and_a_drafts_prefill_is_observed_on
     step(prefill("a#ssr-0000"), 0.005)  # a draft's prefill
     step(decode("a", "a#ssr-0000"), 0.012)
     step(decode("a", "a#ssr-0000"), 0.012)
+    step(decode("a"), 0.014)  # the draft left: this step also finishes its work
+    step(decode("a"), 0.01)
     assert policy.calls == [("step", 1, 0, True), ("step", 1, 0, False), ("prefill", 1),
-                            ("step", 1, 1, True), ("step", 1, 1, False)]
+                            ("step", 1, 1, True), ("step", 1, 1, False), ("step", 1, 0, False, "after draft"),
+                            ("step", 1, 0, False)]
     assert abs(parent.counters.draft_prefill_time_s - 0.005) < 1e-9
