@@ -69,7 +69,7 @@ def _load_kv(buffer: torch.Tensor, slots: torch.Tensor, scale: float) -> torch.T
 
 def _load_raw(buffer: torch.Tensor, slots: torch.Tensor, scale: float) -> torch.Tensor:
     """Rows ``slots`` of a KV buffer in the buffer's dtype (float32 when fp8 must be dequantised); the
-    float32 copy is made once, in the layout the product needs (:func:`_attend_one`)."""
+    float32 copy is made once, in the layout the product needs (:func:`_attend_one`, :func:`_heads`)."""
     if buffer.dtype in _FP8_DTYPES:
         return _load_kv(buffer, slots, scale)
     return _rows(buffer, slots)
