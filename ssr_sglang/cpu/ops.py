@@ -72,6 +72,11 @@ def copy_all_layer_kv_cache_cpu(
         return
     if tgt.numel() != src.numel():
         raise ValueError("copy_all_layer_kv_cache_cpu: tgt_loc and src_loc differ in length")
+    moved = tgt != src  # a row onto itself is no move (a verify step's accepted chain mostly stays put)
+    if not bool(moved.all()):
+        tgt, src = tgt[moved], src[moved]
+        if tgt.numel() == 0:
+            return
     num_rows = int(torch.maximum(tgt.max(), src.max()).item()) + 1
     ptrs = data_ptrs.reshape(-1)
     if ptrs.dtype == torch.uint64:

@@ -369,6 +369,37 @@ def test_extend_query_chunking(monkeypatch, window):
     torch.testing.assert_close(full.double(), ref, **_tol(torch.float32))
 
 
+def test_extend_layers_of_one_pass_share_a_plan_and_a_new_pass_makes_its_own():
+    """The layers of one forward pass (the same index tensors, a KV buffer per layer) read one plan of
+    slots and visibility; a pass that reuses a buffer, or index tensors changed in place, gets a new one,
+    and every layer's output is what it is computed alone."""
+    import ssr_sglang.cpu.attention_ops as attn
+
+    prefix, n = [7, 2, 11], 5
+    b = _make_batch(3, prefix_lens=prefix, ext_lens=[n] * 3, h=4, hkv=2, d=8, dv=8, dtype=torch.float32)
+    blocks = [_random_tree_mask(n, b["gen"])[1] for _ in prefix]
+    flat = torch.tensor([x for blk in blocks for row in blk for x in row], dtype=torch.bool)
+    layer2 = dict(b, k_buffer=b["k_buffer"].flip(0).contiguous(), v_buffer=b["v_buffer"].flip(0).contiguous())
+    attn._plan = None
+    out1 = _run_extend(b, h=4, dv=8, scale=0.25, tree_mask=flat, pass_kv=False)
+    plan = attn._plan
+    out2 = _run_extend(layer2, h=4, dv=8, scale=0.25, tree_mask=flat, pass_kv=False)
+    assert attn._plan is plan  # the second layer of the pass
+    torch.testing.assert_close(out2.double(), _ref_extend(layer2, prefix, [n] * 3, scale=0.25, tree_blocks=blocks),
+                               **_tol(torch.float32))
+    assert torch.equal(_run_extend(b, h=4, dv=8, scale=0.25, tree_mask=flat, pass_kv=False), out1)
+    assert attn._plan is not plan  # layer 1's buffer again: a new pass
+    # index tensors changed in place (the same objects) before the next layer: the plan follows the values
+    b["req_pool_indices"][:] = b["req_pool_indices"].flip(0).clone()
+    b["seq_lens"][:] = b["seq_lens"].flip(0).clone()
+    plan = attn._plan
+    moved = dict(layer2, req_pool_indices=b["req_pool_indices"], seq_lens=b["seq_lens"])
+    out3 = _run_extend(moved, h=4, dv=8, scale=0.25, tree_mask=flat, pass_kv=False)
+    assert attn._plan is not plan
+    ref = _ref_extend(moved, prefix[::-1], [n] * 3, scale=0.25, tree_blocks=blocks)
+    torch.testing.assert_close(out3.double(), ref, **_tol(torch.float32))
+
+
 def test_extend_fp8_cache_scales_and_loose_scalars():
     """fp8 KV buffers are dequantised with key/value scales; int logit_cap and None max_len work."""
     prefix, ext = [4, 2], [3, 2]
@@ -744,6 +775,9 @@ def test_copy_all_layer_kv_cache(seed):
     strides = torch.tensor([b.stride(0) * b.dtype.itemsize for b in bufs])
     src = torch.randperm(12, generator=gen)[:5]
     tgt = torch.randperm(12, generator=gen)[:5]  # may overlap src: all reads happen first
+    if seed % 2:  # rows onto themselves (skipped), beside real moves
+        rest = [int(i) for i in torch.randperm(12, generator=gen) if int(i) not in src[:2].tolist()]
+        tgt = torch.cat([src[:2], torch.tensor(rest[:3])])
     expected = []
     for b in bufs:
         e = b.clone()
@@ -752,6 +786,9 @@ def test_copy_all_layer_kv_cache(seed):
             e[int(t)] = v
         expected.append(e)
     ops.PYTHON_OPS["copy_all_layer_kv_cache_cpu"](ptrs, strides, tgt, src)
+    for b, e in zip(bufs, expected):
+        assert torch.equal(b, e)
+    ops.PYTHON_OPS["copy_all_layer_kv_cache_cpu"](ptrs, strides, src[:3], src[:3])  # nothing moves
     for b, e in zip(bufs, expected):
         assert torch.equal(b, e)
 
