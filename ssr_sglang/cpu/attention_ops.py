@@ -218,9 +218,13 @@ def _gather_kv(buffer: torch.Tensor, scale: float, req_to_token: torch.Tensor, r
                lens: torch.Tensor, width: int, raw: bool = False) -> torch.Tensor:
     """Keys (or values) of ``B`` requests as ``[B, width, Hkv, D]`` float32 (``raw``: as
     :func:`_load_raw` gives them); positions at or past a request's length read slot 0 (to be masked)."""
+    return (_load_raw if raw else _load_kv)(buffer, _padded_slots(req_to_token, rows, lens, width), scale)
+
+
+def _padded_slots(req_to_token: torch.Tensor, rows: torch.Tensor, lens: torch.Tensor, width: int) -> torch.Tensor:
+    """``[B, width]`` KV slots of pool rows ``rows``; positions at or past a request's length read slot 0."""
     slots = req_to_token[rows, :width].long()
-    slots = torch.where(torch.arange(width)[None, :] < lens[:, None], slots, torch.zeros_like(slots))
-    return (_load_raw if raw else _load_kv)(buffer, slots, scale)
+    return torch.where(torch.arange(width)[None, :] < lens[:, None], slots, torch.zeros_like(slots))
 
 
 def _window_mask(
@@ -411,8 +415,7 @@ class _BatchedPlan:
         lens = seq_lens.long()
         width = int(lens.max())
         prefix = lens - ext
-        slots = req_to_token[req_pool_indices.long(), :width].long()
-        self.slots = torch.where(torch.arange(width)[None, :] < lens[:, None], slots, torch.zeros_like(slots))
+        self.slots = _padded_slots(req_to_token, req_pool_indices.long(), lens, width)
         self.rows = torch.arange(bsz).repeat_interleave(ext)
         self.cols = (prefix[:, None] + torch.arange(ext)[None, :]).reshape(-1)
         if tree is not None:
