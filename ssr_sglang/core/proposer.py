@@ -197,12 +197,10 @@ def _same_start(answer: Sequence[int], mine: List[int]) -> bool:
     rewritten one differs near its end or its start). Example: ``mine = [3, 0]``,
     ``answer = [0, 0, 3]`` -> False (the last-token check alone would take it for an extension)."""
     m = len(mine)
-    if not isinstance(answer, list):
-        answer = _as_ints(answer[:m])
     if m <= _CHECK_WHOLE:
-        return answer[:m] == mine
-    head, tail = _CHECK_ENDS, m - _CHECK_ENDS
-    return answer[:head] == mine[:head] and answer[tail:m] == mine[tail:]
+        return _as_ints(answer[:m]) == mine
+    head, tail = _CHECK_ENDS, m - _CHECK_ENDS  # only the ends are read: a view of a long answer is not copied
+    return _as_ints(answer[:head]) == mine[:head] and _as_ints(answer[tail:m]) == mine[tail:]
 
 
 def _as_ints(tokens: Sequence[int]) -> List[int]:

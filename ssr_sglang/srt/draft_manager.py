@@ -39,6 +39,7 @@ from ssr_sglang.core.policy import Decision, DraftPolicy, RequestView
 from ssr_sglang.srt import faults
 from ssr_sglang.srt.config import RequestConfig, ServerConfig, SSRConfigError, client_drafts, parse_request
 from ssr_sglang.srt.metrics import ServerTotals, export_prometheus
+from ssr_sglang.srt.overlap import window
 from ssr_sglang.srt.request_state import ANSWER, REASONING, RequestSSR
 from ssr_sglang.srt.scheduler_view import draft_rid, kv_usage, live_rids, requests_of
 from ssr_sglang.srt.stage_clock import StageClock
@@ -130,6 +131,7 @@ class DraftManager:
         self.lifecycle_counts = {"ended_by_abort_output": 0, "reconciled": 0}
         self.tree_stats: Optional[dict] = None  # tests (SSR_TEST_CHECK_TREES): counted by the worker
         self.width_policy = None  # the worker's WidthPolicy under SSR_VERIFY_WIDTH=auto (/server_info)
+        self.on_result = None  # the worker's callback (batch, result) when a step's result is processed
         # the worker's: overlap scheduling on, and the decode steps proposed from pending tokens
         self.overlap: Optional[dict] = None
         self.clock = StageClock(policy, num_nodes, cuda=str(device).startswith("cuda"))
@@ -209,7 +211,9 @@ class DraftManager:
         last step). A failure disables SSR for the batch's requests (the timers are per batch)."""
         try:
             faults.hit("step", [r.rid for r in batch.reqs])
-            self.clock.charge(batch, self.requests, result)
+            self.clock.charge(batch, self.requests, result)  # the result's host copies are ready after this
+            if self.on_result is not None and result is not None:
+                self.on_result(batch, result)
         except Exception as e:  # noqa: BLE001 - SSR must never fail a batch
             if result is not None:
                 result.ssr_step = None
@@ -454,7 +458,7 @@ class DraftManager:
         if not live:
             return
         st.pull_drafts()
-        st.proposer.sync_answer(req.output_ids[st.answer_start:])
+        st.proposer.sync_answer(window(req.output_ids, st.answer_start))  # a view: no copy of the answer
         for b in live:
             if not st.proposer.contributes(b.draft_id, DIVERGED_HORIZON):
                 self._cancel(scheduler, st, b)

@@ -18,6 +18,7 @@ from ssr_sglang.core.simulator import simulate
 from ssr_sglang.core.think_markers import ThinkEndMatcher
 from ssr_sglang.srt.config import RequestConfig
 from ssr_sglang.srt.metrics import SSRCounters
+from ssr_sglang.srt.overlap import seen_outputs, window
 from ssr_sglang.srt.think_ids import ThinkIds
 
 UNDECIDED, REASONING, ANSWER, PLAIN = "undecided", "reasoning", "answer", "plain"
@@ -210,12 +211,14 @@ class RequestSSR:
             src[2] = hi
         return hi - at
 
-    def pull_drafts(self) -> None:
-        """Hand newly generated draft tokens to the proposer (drafts decode in the same batches)."""
+    def pull_drafts(self, pending: Optional[dict] = None) -> None:
+        """Hand newly generated draft tokens to the proposer (drafts decode in the same batches);
+        ``pending``: under overlap scheduling, the tokens each request of the batch being prepared accepted
+        in the step before, not in its ``output_ids`` yet (:mod:`ssr_sglang.srt.overlap`): handed over too."""
         for b in self.drafts:
             if b.req is None or b.finished and b.consumed >= len(b.req.output_ids):
                 continue
-            out = b.req.output_ids
+            out = seen_outputs(b.req, pending)
             if len(out) > b.consumed:
                 new = out[b.consumed:]
                 self.proposer.extend_draft(b.draft_id, new)
@@ -340,11 +343,13 @@ class RequestSSR:
             else:  # a draft that ended (finished or cancelled) or one the client supplied
                 c.accepted_suffix_done += suffix
 
-    def propose(self, output_ids: Sequence[int]):
-        """Branches for this step (possibly empty); the outcome is counted by :meth:`settle`."""
+    def propose(self, output_ids: Sequence[int], pending: Optional[dict] = None):
+        """Branches for this step (possibly empty); the outcome is counted by :meth:`settle`. ``pending``:
+        the drafts' tokens not in their ``output_ids`` yet (:meth:`pull_drafts`). The answer is read
+        through a view (no per-step copy of it)."""
         t0 = time.perf_counter()
-        self.pull_drafts()
-        answer = output_ids[self.answer_start:]
+        self.pull_drafts(pending)
+        answer = window(output_ids, self.answer_start)
         branches = self.proposer.propose_tree(answer, self._num_nodes - 1)
         self._proposed_at = len(output_ids)
         self._ssr_step = bool(branches)
@@ -369,15 +374,28 @@ class RequestSSR:
         self._ssr_step = False
 
     def finish(self, output_ids: Sequence[int]) -> dict:
-        """Final accounting (idempotent): settle the last step, cancel drafts still running."""
+        """Final accounting (idempotent): settle the last step, cancel drafts still running, and split
+        the output into reasoning and answer tokens that add up to ``len(output_ids)``.
+
+        Pass the output the client sees (SGLang's ``req.output_ids_through_stop``): a verify step can
+        accept tokens past a stop or past ``max_new_tokens``, which SGLang keeps in ``req.output_ids``
+        but drops from the output and from ``completion_tokens``. A think end found only in that dropped
+        tail does not count: the request ended in its reasoning. Without a think block (``plain``,
+        ``undecided``) the whole output is the answer."""
         if self._final is None:
+            n = len(output_ids)
             self.settle(output_ids)
             for b in self.live_drafts():
                 self.close_draft(b, cancelled=True)
+            c = self.counters
+            if self.phase == ANSWER and self.answer_start > n:
+                self.phase = REASONING  # the think end lies past the stop
             if self.phase == ANSWER:
-                self.counters.answer_tokens = len(output_ids) - self.answer_start  # truncation at a stop
+                c.reasoning_tokens, c.answer_tokens = self.answer_start, n - self.answer_start
             elif self.phase == REASONING:
-                self.counters.reasoning_tokens = len(output_ids)
+                c.reasoning_tokens, c.answer_tokens = n, 0
+            else:
+                c.reasoning_tokens, c.answer_tokens = 0, n
             self._final = self.metrics()
         return self._final
 

@@ -85,6 +85,7 @@ class SSRWorker(NGRAMWorker):
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
         self.manager.overlap = {"schedule": self.enable_overlap, "pending_steps": 0}  # /server_info
         self.manager.width_policy = self.width_policy
+        self.manager.on_result = self.rate_result  # verify steps are rated when their results are processed
         active.MANAGER = self.manager  # one per scheduler process (each tensor-parallel rank has its own)
 
     # -- one step: timing, and the rows of a narrowed verify -------------------
@@ -101,13 +102,9 @@ class SSRWorker(NGRAMWorker):
         self._choice_s = None
         result = super().forward_batch_generation(batch, *args, **kwargs)
         if self._trees is not None:
-            t0 = time.perf_counter()
-            try:
-                self._rate_step(result)
-            except Exception as e:  # noqa: BLE001 - never fail the batch: verify at the full width from now on
-                self._width_failed("rating a step", e)
-            if self._choice_s is not None and self.width_policy is not None:
-                self.width_policy.observe_choice(len(batch.reqs), self._choice_s + time.perf_counter() - t0)
+            # rated when the result is processed (rate_result), from the host copy SGLang makes of it then
+            result.ssr_rating = (self._trees, self._kinds, self._width, self._choice_s)
+            self._trees = None
         if self._chosen and self.width_policy is not None:
             # tokens committed: wider steps commit more, and their output work is no row cost (CPU tensors)
             self._last_timed = (len(batch.reqs), self._width, started, _committed(result), self._forwards)
@@ -121,19 +118,32 @@ class SSRWorker(NGRAMWorker):
         self.manager.clock.step_ran(result, started, self._width)
         return result
 
-    def _rate_step(self, result) -> None:
-        """The width policy learns each sequence's accepted path in a verify step (nodes below the step's
-        width), by kind of proposal; the step's time is known when the next one starts."""
-        tokens, parents = self._trees
-        self._trees = None
-        bs, width = len(tokens), self._width
-        out = result.next_token_ids.view(bs, width).tolist()
-        accepted = result.accept_lens.tolist()
-        paths: dict = {}
-        for i, kind in enumerate(self._kinds):
-            paths.setdefault(kind, []).append(accepted_path(tokens[i], parents[i], out[i], accepted[i], width))
-        for kind, ps in paths.items():
-            self.width_policy.observe_paths(kind, ps, width)
+    def rate_result(self, batch, result) -> None:
+        """When a verify step's result is processed (:meth:`DraftManager.before_batch`; its tensors are host
+        copies by then, so this waits for no device): the width policy learns each sequence's accepted path
+        (nodes below the step's width), by kind of proposal, and what choosing the width cost."""
+        rating = getattr(result, "ssr_rating", None)
+        if rating is None:
+            return
+        result.ssr_rating = None  # rated once
+        if self.width_policy is None:
+            return
+        (tokens, parents), kinds, width, choice_s = rating
+        t0 = time.perf_counter()
+        try:
+            tokens, parents, bs = tokens.tolist(), parents.tolist(), len(tokens)
+            # rows of the full width once padded (forward_batch_generation), of `width` otherwise
+            out = result.next_token_ids.view(bs, -1).tolist()
+            accepted = result.accept_lens.tolist()
+            paths: dict = {}
+            for i, kind in enumerate(kinds):
+                paths.setdefault(kind, []).append(accepted_path(tokens[i], parents[i], out[i], accepted[i], width))
+            for kind, ps in paths.items():
+                self.width_policy.observe_paths(kind, ps, width)
+        except Exception as e:  # noqa: BLE001 - never fail the batch: verify at the full width from now on
+            self._width_failed("rating a step", e)
+        if choice_s is not None and self.width_policy is not None:
+            self.width_policy.observe_choice(len(kinds), choice_s + time.perf_counter() - t0)
 
     def _width_failed(self, what: str, e: Exception) -> None:
         logger.exception("SSR: %s for SSR_VERIFY_WIDTH=auto failed (%r); verifying at the full width from now on",
@@ -143,10 +153,18 @@ class SSRWorker(NGRAMWorker):
 
     # -- proposals ----------------------------------------------------------
     def _prepare_draft_tokens(self, batch):
+        # Overlap: the previous step's accepted tokens are pending. Their one host copy of the step is
+        # NGRAM's (prev_token_ids / prev_accept_lens), made in its proposal step (see ssr_sglang.srt.overlap).
+        relay = overlap.uses_relay(self.enable_overlap, batch)
         if self.ssr_config.reasoning_fallback == "ngram":
             req_drafts, mask = super()._prepare_draft_tokens(batch)
+            rows = (self.prev_token_ids, self.prev_accept_lens) if relay else None
         else:
-            req_drafts, mask = self._empty_proposals(batch)
+            rows = overlap.relayed_rows(batch) if relay else None
+            req_drafts, mask = self._empty_proposals(batch, rows)
+        if rows is not None:
+            self._pending = overlap.pending_from_rows(batch, rows[0], rows[1], self.draft_token_num)
+            self.manager.overlap["pending_steps"] += 1
         req_drafts = np.ascontiguousarray(req_drafts)  # so that its (bs, n) view below writes through
         n = self.draft_token_num
         nn = n * n
@@ -194,7 +212,7 @@ class SSRWorker(NGRAMWorker):
         self._kinds = kinds
         if kinds is not None:
             t0 = time.perf_counter()
-            self._trees = (tokens.tolist(), parents.tolist())
+            self._trees = (tokens, parents)  # made lists when the step is rated (rate_result), not before the forward
             if self._choice_s is not None:
                 self._choice_s += time.perf_counter() - t0
         return req_drafts, mask
@@ -209,7 +227,7 @@ class SSRWorker(NGRAMWorker):
         st.feed_sources(out)  # here only: one chunk per step (the fork pass advances too)
         if st.phase == ANSWER and st.has_drafts:
             faults.hit("propose", req.rid)
-            branches = st.propose(out)
+            branches = st.propose(out, self._pending)  # the drafts' pending tokens too: current drafts
             if branches:
                 return layout_tree(overlap.last_token(req, out), [b.tokens for b in branches], n), st.phase
         if st.phase == ANSWER:
@@ -220,11 +238,7 @@ class SSRWorker(NGRAMWorker):
         self._widths = None
         self._kinds = None
         self._free = None
-        self._pending = None
-        if batch.forward_mode.is_decode():
-            self._pending = overlap.pending_tokens(self.enable_overlap, batch, self.draft_token_num)
-            if self._pending:
-                self.manager.overlap["pending_steps"] += 1
+        self._pending = None  # set by _prepare_draft_tokens, for a decode batch
         super()._prepare_for_speculative_decoding(batch)
         if not batch.forward_mode.is_target_verify():
             self._trees = None
@@ -277,17 +291,15 @@ class SSRWorker(NGRAMWorker):
         )
         self._width = width
 
-    def _empty_proposals(self, batch):
+    def _empty_proposals(self, batch, rows=None):
         """Every request gets a tree of padding only (zero-padded as SGLang's n-gram corpus pads; the
-        caller makes the padding distinct): one verified token per step."""
+        caller makes the padding distinct): one verified token per step. ``rows``: the relayed
+        ``(accept_tokens, accept_lens)`` host lists under overlap scheduling."""
         n, bs = self.draft_token_num, len(batch.reqs)
         # read by the corpus update, as NGRAM's proposal step leaves them
-        self.prev_token_ids, self.prev_accept_lens = [], [0] * bs
-        if self._pending:
-            rows = [self._pending.get(req.rid, []) for req in batch.reqs]
-            self.prev_token_ids = [t for row in rows for t in row + [0] * (n - len(row))]
-            self.prev_accept_lens = [len(row) for row in rows]
-        last = [overlap.last_token(req, overlap.seen_outputs(req, self._pending)) for req in batch.reqs]
+        self.prev_token_ids, self.prev_accept_lens = rows if rows is not None else ([], [0] * bs)
+        pending = overlap.pending_from_rows(batch, rows[0], rows[1], n) if rows is not None else None
+        last = [overlap.last_token(req, overlap.seen_outputs(req, pending)) for req in batch.reqs]
         _, mask, _ = build_chain(0, [], self.draft_token_num)
         req_drafts = np.zeros(bs * self.draft_token_num, dtype=np.int64)
         req_drafts[:: self.draft_token_num] = last

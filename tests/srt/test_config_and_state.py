@@ -103,6 +103,26 @@ def test_answer_steps_are_attributed_to_prefix_and_suffix():
     assert m["accepted_prefix"] == 3 and m["answer_verify_steps"] == 1 and m["answer_tokens"] == 6
 
 
+def test_reasoning_and_answer_tokens_add_up_to_the_visible_output():
+    """finish() gets the output the client sees (SGLang drops tokens a verify step accepted past a stop
+    or max_new_tokens): reasoning + answer tokens == its length, whatever was advanced before."""
+    full = [5, 6, 7, 8, 4, 9, 9, 10, 11, 12]  # think end at index 4, answer from 5
+    for visible, split in [(10, (5, 5)), (7, (5, 2)), (5, (5, 0)), (4, (4, 0)), (2, (2, 0))]:
+        st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=8)
+        st.advance(full)  # the worker saw the whole accepted run
+        m = st.finish(full[:visible])
+        assert (m["reasoning_tokens"], m["answer_tokens"]) == split, (visible, m)
+        assert m["phase"] == (ANSWER if visible > 4 else REASONING)
+    st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=8)
+    st.advance(full[:3])
+    m = st.finish(full[:3])
+    assert (m["reasoning_tokens"], m["answer_tokens"], m["phase"]) == (3, 0, REASONING)
+    plain = RequestSSR("p", RequestConfig(), IDS, prompt_tail=[1, 2], num_nodes=8)
+    plain.advance([5, 6, 7, 8, 9, 10])
+    m = plain.finish([5, 6, 7, 8, 9])
+    assert (m["reasoning_tokens"], m["answer_tokens"], m["phase"]) == (0, 5, PLAIN)
+
+
 def test_context_sources_are_indexed_in_bounded_chunks_and_counted(monkeypatch):
     """ssr_context: the prompt (its last CONTEXT_PROMPT_TOKENS), then, once the answer starts, the
     reasoning are reference sources, indexed at most CONTEXT_CHUNK tokens per step; tokens accepted from

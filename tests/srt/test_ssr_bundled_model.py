@@ -140,3 +140,21 @@ def test_cost_aware_policy_decides_from_measurements(bundled):
     measured = {"saving > cost", "cost >= saving", "newer draft", "exploring"}
     assert reasons & measured, reasons
     assert not any(r.startswith("learning") for r in reasons), reasons
+
+
+@pytest.mark.xfail(reason="needs draft_manager.py to pass req.output_ids_through_stop to RequestSSR.finish (issue 40); "
+                          "today a verify step's tokens past a stop or max_new_tokens are counted", strict=False)
+def test_reasoning_and_answer_tokens_add_up_to_completion_tokens(bundled):
+    """``reasoning_tokens + answer_tokens == completion_tokens`` on every request: ended by EOS, by
+    ``max_new_tokens`` inside the reasoning, or just after the think end (a verify step may accept tokens
+    past the cap, which SGLang drops; measured before the fix: up to 10 more on these prompts)."""
+    server, prompts, _ = bundled
+    bad = []
+    for prompt in prompts[:3]:
+        for max_new in (37, 100, 150, 512):
+            out = server.generate(input_ids=prompt, max_new_tokens=max_new)
+            meta, ssr = out["meta_info"], out["meta_info"]["ssr"]
+            if ssr["reasoning_tokens"] + ssr["answer_tokens"] != meta["completion_tokens"]:
+                bad.append((max_new, meta["completion_tokens"], ssr["phase"], ssr["reasoning_tokens"],
+                            ssr["answer_tokens"]))
+    assert not bad, bad
