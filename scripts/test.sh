@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# Set up (idempotent) and run the whole test suite, end-to-end tests against real SGLang servers included.
+# Set up (idempotent) and run the tests; the slowest 20 are listed at the end.
+#   bash scripts/test.sh           everything, end-to-end tests against real SGLang servers included (CI: .ci/run)
+#   bash scripts/test.sh --fast    the inner loop: units and properties, no SGLang server and nothing marked slow
+#                                  (pytest -m "not server and not slow"; a few minutes)
+# Further arguments go to pytest (a path, -k, -x, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+select=()
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  select=(-m "not server and not slow")
+fi
 bash scripts/setup.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --durations=20 "${select[@]}" "$@"

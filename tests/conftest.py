@@ -22,6 +22,35 @@ bootstrap.install()
 os.environ.setdefault("SSR_TEST_MODEL_DIR", str(ROOT / ".cache" / "test-models"))
 LOG_DIR = ROOT / ".cache" / "test-logs"
 
+
+# Tiers (scripts/test.sh): a test that starts a server is marked ``server``; the fast tier leaves those
+# out (``-m "not server and not slow"``). The guard below makes an unmarked test that starts a server
+# fail, so a missing mark cannot slip a server into the fast tier.
+_MAY_START_SERVER = {"now": True}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Runs before the item's fixtures are set up, so module-scoped server fixtures are covered too."""
+    _MAY_START_SERVER["now"] = item.get_closest_marker("server") is not None
+
+
+def _guard_server_starts() -> None:
+    from ssr_sglang.testing.server import Server
+
+    start = Server.start
+
+    def guarded_start(self) -> None:
+        if not _MAY_START_SERVER["now"]:
+            raise RuntimeError("this test starts an SGLang server but is not marked @pytest.mark.server "
+                               "(the fast tier must start none)")
+        start(self)
+
+    Server.start = guarded_start
+
+
+_guard_server_starts()
+
 PROMPT_TOPICS = [
     "count the items then add", "check the table row", "sum the price and qty", "list the names",
     "what is 12 + 7", "first add then check", "return the total", "print each item",

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 
+
+@pytest.mark.server
 def test_main_job_on_bundled_model(tmp_path):
     from ssr_sglang.main_job import main
 

@@ -73,6 +73,7 @@ def test_dataset_loaders():
         assert len(text) > 500 and "{" + "html_str}" not in text and "{pseudocode}" not in text, task
 
 
+@pytest.mark.server
 def test_latency_smoke(tmp_path, urls):
     out = run_script("latency.py", "--n", "2", "--warmup", "1", "--methods", "plain,ssr", "--ablations", "--urls", urls,
                      "--single-checkpoints", "32", "--max-drafts-sweep", "2", "--restart-every", "1",
@@ -98,6 +99,7 @@ def test_latency_smoke(tmp_path, urls):
     assert "| ssr |" in md and "draft overhead, in-request (s)" in md and "results in" in out
 
 
+@pytest.mark.server
 def test_load_smoke(tmp_path, urls):
     run_script("load.py", "--methods", "plain,ssr", "--max-batch", "", "--concurrency", "1,2", "--urls", urls,
                "--min-requests", "2", "--overhead-n", "2", "--no-fallback-none-overhead", "--warmup", "1", "--out",
@@ -118,6 +120,7 @@ def test_load_smoke(tmp_path, urls):
         assert (tmp_path / f).stat().st_size > 100, f
 
 
+@pytest.mark.server
 def test_verify_width_smoke(tmp_path, urls):
     ssr = dict(part.split("=", 1) for part in urls.split(","))["ssr"]
     run_script("verify_width.py", "--rounds", "1", "--concurrency", "1", "--n", "2", "--widths", "auto,full",

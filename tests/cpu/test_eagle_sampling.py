@@ -158,6 +158,7 @@ print("INFO", json.dumps({"applied": eagle_sampling.applied(), "greedy": eu._ver
 """
 
 
+@pytest.mark.slow  # a subprocess that imports SGLang and loads the plugins (about 30 s each)
 @pytest.mark.parametrize("switch,expected", [("1", {"applied": True, "greedy": False}),
                                              ("0", {"applied": False, "greedy": True})])
 def test_plugin_installs_the_hook_on_the_cpu_engine(switch, expected):

@@ -28,6 +28,8 @@ from ssr_sglang.models.tasks import EOS, THINK_END, format_chat, make_example  #
 import agent_openai  # noqa: E402
 from ssr_program import iterative_ssr, result, ssr_reasoning  # noqa: E402
 
+pytestmark = pytest.mark.server
+
 MODEL = bundled_model_path()
 FIGURES = {}  # printed at the end of the module (pytest -s), for the report
 

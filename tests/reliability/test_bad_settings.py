@@ -11,8 +11,6 @@ import pytest
 
 from ssr_sglang.testing.server import CPU_ENV, cpu_server_args, free_port
 
-pytestmark = pytest.mark.server
-
 CASES = [  # (extra env, extra args, what the error must name): real launches, one wave in parallel
     ({"SSR_EVERY": "abc"}, [], "SSR_EVERY"),
     ({"SSR_MAX_KV_USAGE": "2"}, [], "SSR_MAX_KV_USAGE"),
@@ -74,6 +72,7 @@ def _launch(model, env, args):
     return p.returncode, (p.stdout + p.stderr)[-4000:]
 
 
+@pytest.mark.server  # real launches (each stops before a model loads)
 def test_invalid_settings_fail_at_startup_naming_them(tiny_qwen3):
     with cf.ThreadPoolExecutor(3) as pool:  # start-up fails before any model loads: cheap
         results = list(pool.map(lambda c: _launch(tiny_qwen3, c[0], c[1]), CASES))
@@ -126,6 +125,7 @@ for algo in (None, "NGRAM", "EAGLE", "SSR", "ssr"):
 """
 
 
+@pytest.mark.slow  # a subprocess that imports SGLang's scheduler
 def test_output_streamer_hook_only_on_ssr_servers():
     """The plugin's streamer (customized output, which SGLang's Rust egress refuses) is used only by a
     server that serves SSR; any other server in the same environment keeps SGLang's own class."""
@@ -138,6 +138,7 @@ def test_output_streamer_hook_only_on_ssr_servers():
                      ["SSR", "False", "True"], ["ssr", "False", "True"]], p.stdout
 
 
+@pytest.mark.server
 def test_plain_server_with_rust_egress_untouched_by_the_plugin():
     """A plain server in an environment with the plugin installed starts and serves with
     SGLANG_RUST_SERVER=1 (before, the plugin's streamer was installed everywhere and SGLang's Rust

@@ -46,6 +46,7 @@ def _run(diverge_at: int) -> dict:
     return results
 
 
+@pytest.mark.slow  # two spawned gloo ranks
 def test_ranks_that_agree_pass_every_check():
     results = _run(diverge_at=-1)
     for rank in (0, 1):
@@ -55,6 +56,7 @@ def test_ranks_that_agree_pass_every_check():
     assert results[0][1]["rank_digests"] == results[1][1]["rank_digests"]
 
 
+@pytest.mark.slow  # two spawned gloo ranks
 def test_a_divergent_tree_stops_every_rank_at_that_step():
     results = _run(diverge_at=2)
     for rank in (0, 1):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import requests
 
 from conftest import start_server
+
+pytestmark = pytest.mark.server
 
 
 def test_health_and_generate(plain_server):

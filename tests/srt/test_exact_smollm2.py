@@ -17,6 +17,8 @@ from conftest import start_server  # noqa: E402
 
 from ssr_sglang.testing.exactness import chat_prompts, edited, first_differences, run  # noqa: E402
 
+pytestmark = pytest.mark.server
+
 EXACT = {"SSR_CPU_EXACT_VERIFY": "1"}
 SPEC = ("--speculative-num-draft-tokens", "8")
 TOKENS = 256

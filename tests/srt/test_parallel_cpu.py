@@ -17,6 +17,8 @@ import pytest
 
 from conftest import start_server
 
+pytestmark = pytest.mark.server
+
 MAX_NEW = 128
 BATCH1 = 4  # prompts served one at a time (the 8 concurrent ones are the first 8)
 SSR_ENV = {"SSR_CHECKPOINTS": "16,48,96", "SSR_MAX_DRAFT_TOKENS": "48", "SSR_MAX_BATCH": "32"}

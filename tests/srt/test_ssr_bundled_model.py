@@ -8,6 +8,8 @@ import pytest
 
 from conftest import start_server
 
+pytestmark = pytest.mark.server
+
 # An explicit schedule (the policy is then "fixed"): a draft every 16 reasoning tokens, so that these
 # tests see drafts on every request; the cost-aware default is tested below with ssr_policy=auto.
 FIXED_SCHEDULE = {"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKENS": "112"}

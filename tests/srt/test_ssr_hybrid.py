@@ -19,6 +19,8 @@ from conftest import PROMPT_TOPICS, start_server
 from ssr_sglang.testing.http import flush_cache
 from test_ssr_server import _stream_then_abort
 
+pytestmark = pytest.mark.server
+
 # SGLang on CPU: the mamba radix cache without snapshot buffers (extra_buffer needs a GPU platform),
 # which runs only without the overlap scheduler.
 HYBRID_ARGS = ("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")

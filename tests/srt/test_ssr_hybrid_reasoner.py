@@ -15,6 +15,8 @@ import pytest
 
 from conftest import start_server
 
+pytestmark = pytest.mark.server
+
 HYBRID_ARGS = ("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")
 # A fixed schedule (a draft every 16 reasoning tokens), so that every request drafts
 FIXED_SCHEDULE = {"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKENS": "112"}

@@ -17,6 +17,8 @@ import pytest
 
 from conftest import check_client_draft, start_server
 
+pytestmark = pytest.mark.server
+
 CHECKPOINTS = [16, 48, 96]
 SSR_ENV = {"SSR_CHECKPOINTS": ",".join(map(str, CHECKPOINTS)), "SSR_MAX_DRAFT_TOKENS": "48", "SSR_MAX_BATCH": "32",
            "SSR_TEST_CHECK_TREES": "1", "SSR_TEST_FORCE_OVERLAP_CPU": "1"}

@@ -11,6 +11,8 @@ import requests
 from conftest import check_client_draft, start_server
 from ssr_sglang.testing.http import flush_cache
 
+pytestmark = pytest.mark.server
+
 CHECKPOINTS = [16, 48, 96]
 # SSR_MAX_BATCH=32 (CPU default 4): drafts must also run, and stay exact, among 8 concurrent requests
 # SSR_TEST_CHECK_TREES=1: the worker counts repeated sibling tokens in every tree it hands the verifier

@@ -16,6 +16,8 @@ pytest.importorskip("accelerate")
 
 from ssr_sglang.testing.smollm2 import STAMP, cached_gguf, cached_smollm2, load_gguf  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 PROMPT = [{"role": "user", "content": "Write a Python function that returns the sum of a list."}]
 # Measured 2026-11-30: the largest difference of the last position's logits (magnitudes up to ~35) between the
 # GGUF model in float32 and the saved bfloat16 weights run in float32 is 0.13, from rounding the dequantized
