@@ -32,12 +32,13 @@ now and then. The exact rows cost more (every row reads its whole prefix).
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
 
-EXACT_VERIFY = os.environ.get("SSR_CPU_EXACT_VERIFY", "") == "1"
+from ssr_sglang import settings
+
+EXACT_VERIFY = settings.get("SSR_CPU_EXACT_VERIFY")
 
 # Upper bound on float32 score elements of one batched extend call (else a loop over requests).
 _MAX_SCORE_ELEMS = 1 << 24

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
+BIND_DEFAULTED_ENV = "SSR_SGLANG_CPU_BIND_DEFAULTED"  # read by ssr_sglang.cpu.parallel
 CPU_ENV_DEFAULTS = {"OMP_NUM_THREADS": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0"}
 
 
@@ -30,7 +31,7 @@ def cpu_engine_requested() -> bool:
 
 def apply_cpu_env_defaults() -> None:
     if "SGLANG_CPU_OMP_THREADS_BIND" not in os.environ:
-        os.environ["SSR_SGLANG_CPU_BIND_DEFAULTED"] = "1"  # ours, so ssr_sglang.cpu.parallel may widen it
+        os.environ[BIND_DEFAULTED_ENV] = "1"  # ours, so ssr_sglang.cpu.parallel may widen it
     for key, value in CPU_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
 
@@ -80,7 +81,9 @@ def install() -> None:
     if not cpu_engine_requested():
         return
     apply_cpu_env_defaults()
-    if os.environ.get("SSR_SGLANG_CPU_SHIM", "1") == "0":
+    from ssr_sglang import settings  # here, not at the top: this module runs at every interpreter start
+
+    if not settings.get("SSR_SGLANG_CPU_SHIM"):
         return
     if not any(isinstance(f, _SglKernelFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SglKernelFinder())

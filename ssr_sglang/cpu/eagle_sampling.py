@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
+
+from ssr_sglang import settings
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ _announced = False
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1") != "0"
+    return settings.get(ENV)
 
 
 def wanted() -> bool:

@@ -21,9 +21,9 @@ broken by a last-bit difference is still a different token).
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from ssr_sglang import settings
 
 ENV = "SSR_CPU_EXACT_VERIFY"
 MAX_ROWS = 512  # rows computed one at a time; more keep one product (see module doc)
@@ -36,7 +36,7 @@ _installed = False
 
 
 def requested() -> bool:
-    return os.environ.get(ENV, "") == "1"
+    return settings.get(ENV)
 
 
 def _by_rows(x: torch.Tensor, fn):

@@ -29,6 +29,8 @@ from __future__ import annotations
 import logging
 import os
 
+from ssr_sglang import settings
+
 logger = logging.getLogger(__name__)
 
 BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
@@ -81,7 +83,7 @@ def _bind_groups_hook(original, *args, numa_index: int, world_size: int, **kwarg
     value = os.environ.get(BIND_ENV, "")
     groups = value.split("|") if value else []
     needed = max(world_size, numa_index + 1)
-    if os.environ.get(BIND_DEFAULTED_ENV) == "1" and len(groups) < needed:
+    if settings.get(BIND_DEFAULTED_ENV) and len(groups) < needed:
         widened = bind_groups(needed, _available_cores())
         logger.info("%s defaulted to %r for %d CPU ranks (was the single-rank default %r)",
                     BIND_ENV, widened, needed, value)

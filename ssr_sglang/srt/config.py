@@ -5,55 +5,21 @@ SGLang 0.5.23 accepts no plugin CLI flags, so server-wide knobs are environment 
 Per request, ``sampling_params.custom_params`` (``/generate``) or ``custom_params`` in the OpenAI
 body / ``extra_body`` carry ``ssr_*`` keys that override the server defaults for that request.
 
-=============================  =========================  ==============================================
-environment variable           custom_params key          meaning
-=============================  =========================  ==============================================
-``SSR_ENABLED``                ``ssr``                    1/0: draft and verify with drafts at all
-``SSR_POLICY``                 ``ssr_policy``             ``auto`` (default): fork a draft when its
-                                                          measured saving exceeds its measured cost
-                                                          (:mod:`ssr_sglang.core.policy`); ``fixed``:
-                                                          at the schedule's checkpoints (implied by
-                                                          an explicit schedule below)
-``SSR_CHECKPOINTS``            ``ssr_checkpoints``        reasoning-token counts that fork a draft
-                                                          (under ``auto``: until the server has history)
-``SSR_EVERY``                  ``ssr_every``              iterative SSR: a draft every N tokens ...
-``SSR_MAX_DRAFTS``             ``ssr_max_drafts``         ... at most this many drafts in all
-``SSR_THINKING_BUDGET``        ``ssr_thinking_budget``    budget that ``ssr_fractions`` refer to
-``SSR_FRACTIONS``              ``ssr_fractions``          checkpoints as fractions of the budget
-``SSR_MAX_DRAFT_TOKENS``       ``ssr_max_draft_tokens``   cap on each draft answer's length
-``SSR_PREFIX``                 ``ssr_prefix``             1/0: prefix verification
-``SSR_SUFFIX``                 ``ssr_suffix``             1/0: suffix decoding
-``SSR_CONTEXT``                ``ssr_context``            1/0 (default 0): the prompt and the reasoning
-                                                          as lower-priority suffix sources, indexed a
-                                                          bounded chunk per step
-``SSR_REASONING_FALLBACK``     (server only)              ``ngram`` or ``none``: proposals while reasoning
-``SSR_MAX_KV_USAGE``           (server only)              skip new drafts above this KV-pool usage
-``SSR_MAX_BATCH``              (server only)              skip new drafts when this many requests run
-                                                          (default 4 on CPU, 32 on GPU)
-``SSR_VERIFY_WIDTH``           (server only)              ``auto`` (default): per step, the width that
-                                                          gives the most tokens per second by measured
-                                                          row cost and node acceptance
-                                                          (:mod:`ssr_sglang.core.width`; CPU, no
-                                                          recurrent state; elsewhere ``full``);
-                                                          ``full``: every tree node; ``adaptive`` (CPU
-                                                          only): as many as the proposals fill
-``SSR_THINK_START``/``_END``   (server only)              think markers, when the tokenizer's are unusual
-``SSR_FORCE_ANSWER_TEXT``      (server only)              text appended to make a draft answer now
-(none)                         ``ssr_draft``,             a client-supplied draft answer (token ids);
-                               ``ssr_draft_<k>``          several with ``_0``, ``_1``, ... (programs/)
-=============================  =========================  ==============================================
+Every ``SSR_*`` variable is declared once, in :mod:`ssr_sglang.settings` (type, default, allowed
+values, meaning; rendered as ``docs/configuration.md``), and read through it. This module combines
+them into a :class:`ServerConfig` and checks what no single variable can (a schedule, the think
+markers as a pair).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from typing import Any, Mapping, Optional
 
+from ssr_sglang import settings
 from ssr_sglang.core.budgets import BudgetSchedule
-
-MAX_DRAFT_TOKENS = 1 << 16
+from ssr_sglang.settings import MAX_DRAFT_TOKENS, SSRConfigError  # noqa: F401 (re-exported)
 
 
 def default_max_batch(device: str) -> int:
@@ -68,10 +34,6 @@ def default_max_batch(device: str) -> int:
 
 
 MAX_CLIENT_DRAFTS = 16
-
-
-class SSRConfigError(ValueError):
-    """An invalid SSR setting; the message names the field or variable."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,9 +65,8 @@ class RequestConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-    """Server-wide SSR settings: :func:`server_config_from_env` is the only reader of the ``SSR_*``
-    environment (the ``SSR_TEST_*`` switches of :mod:`ssr_sglang.srt.faults` aside); everything else
-    takes its settings from here."""
+    """Server-wide SSR settings, read by :func:`server_config_from_env` through :mod:`ssr_sglang.settings`;
+    the scheduler-side code takes its settings from here."""
 
     defaults: RequestConfig = RequestConfig()
     reasoning_fallback: str = "ngram"
@@ -268,76 +229,33 @@ def validate_custom_params(custom_params: Optional[Mapping[str, Any]], defaults:
     client_drafts(custom_params, vocab_size)
 
 
-def _env_value(field: str, raw: str, var: str) -> Any:
-    raw = raw.strip()
-    try:
-        if field in _BOOL_FIELDS:
-            low = raw.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if field in _CHOICE_FIELDS:
-            return raw.lower()
-        if field in _INT_LIST_FIELDS:
-            return [int(x) for x in raw.split(",") if x.strip()]
-        if field in _FLOAT_LIST_FIELDS:
-            return [float(x) for x in raw.split(",") if x.strip()]
-        if raw.lower() in ("", "none"):
-            return None
-        return int(raw)
-    except ValueError:
-        raise SSRConfigError(f"environment variable {var}={raw!r} is not a valid {field} value") from None
-
-
-def _env_float(env: Mapping[str, str], var: str, default: float, lo: float, hi: float) -> float:
-    if var not in env:
-        return default
-    try:
-        v = float(env[var])
-    except ValueError:
-        raise SSRConfigError(f"environment variable {var}={env[var]!r} must be a number") from None
-    if not lo <= v <= hi:
-        raise SSRConfigError(f"environment variable {var}={v} must be in [{lo}, {hi}]")
-    return v
-
-
 def server_config_from_env(env: Optional[Mapping[str, str]] = None) -> ServerConfig:
-    """Read and validate the ``SSR_*`` environment; raises :class:`SSRConfigError` naming the variable."""
-    env = os.environ if env is None else env
+    """Read and validate the ``SSR_*`` environment (default ``os.environ``) through the settings
+    registry; raises :class:`SSRConfigError` naming the variable."""
     updates = {}
     names = {}
     for key, (field, var) in _REQUEST_KEYS.items():
         names[field] = var
-        if var in env:
-            updates[field] = _coerce(field, _env_value(field, env[var], var), var)
+        if settings.is_set(var, env):
+            updates[field] = _coerce(field, settings.get(var, env), var)
     _explicit_schedule(updates)
     defaults = _check_schedule(
         dataclasses.replace(RequestConfig(), **updates),
         {bf: names[rf] for bf, rf in _SCHEDULE_FIELD_NAMES.items()},
     )
-    fallback = env.get("SSR_REASONING_FALLBACK", "ngram").strip().lower()
-    if fallback not in ("ngram", "none"):
-        raise SSRConfigError(f"environment variable SSR_REASONING_FALLBACK={fallback!r} must be 'ngram' or 'none'")
-    max_batch = env.get("SSR_MAX_BATCH")
-    if max_batch is not None and (not max_batch.strip().isdigit() or int(max_batch) < 1):
-        raise SSRConfigError(f"environment variable SSR_MAX_BATCH={max_batch!r} must be a positive integer")
-    width = env.get("SSR_VERIFY_WIDTH", "auto").strip().lower()
-    if width not in ("auto", "adaptive", "full"):
-        raise SSRConfigError(f"environment variable SSR_VERIFY_WIDTH={width!r} must be 'auto', 'adaptive' or 'full'")
-    think_start, think_end = env.get("SSR_THINK_START") or None, env.get("SSR_THINK_END") or None
+    think_start = settings.get("SSR_THINK_START", env) or None
+    think_end = settings.get("SSR_THINK_END", env) or None
     if (think_start is None) != (think_end is None):
         missing = "SSR_THINK_END" if think_end is None else "SSR_THINK_START"
         raise SSRConfigError(f"environment variable {missing} must be set too: SSR_THINK_START and SSR_THINK_END "
                              f"go together")
     return ServerConfig(
         defaults=defaults,
-        reasoning_fallback=fallback,
-        verify_width=width,
-        max_kv_usage=_env_float(env, "SSR_MAX_KV_USAGE", 0.85, 0.0, 1.0),
-        max_batch=int(max_batch) if max_batch is not None else None,
+        reasoning_fallback=settings.get("SSR_REASONING_FALLBACK", env),
+        verify_width=settings.get("SSR_VERIFY_WIDTH", env),
+        max_kv_usage=settings.get("SSR_MAX_KV_USAGE", env),
+        max_batch=settings.get("SSR_MAX_BATCH", env),
         think_start=think_start,
         think_end=think_end,
-        force_answer_text=env.get("SSR_FORCE_ANSWER_TEXT"),
+        force_answer_text=settings.get("SSR_FORCE_ANSWER_TEXT", env),
     )

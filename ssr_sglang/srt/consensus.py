@@ -41,7 +41,6 @@ import collections
 import hashlib
 import json
 import logging
-import os
 from typing import Callable, List, Optional
 
 logger = logging.getLogger(__name__)
@@ -59,14 +58,11 @@ class RankDivergence(RuntimeError):
 
 
 def check_every() -> int:
-    raw = os.environ.get(EVERY_ENV, "1").strip()
-    try:
-        every = int(raw)
-    except ValueError:
-        every = -1
-    if every < 0:
-        raise ValueError(f"environment variable {EVERY_ENV} must be an integer >= 0 (0: no check), got {raw!r}")
-    return every
+    """``SSR_TP_CONSENSUS_EVERY`` (0: no check); a bad value raises ``SSRConfigError`` (a ``ValueError``)
+    naming it."""
+    from ssr_sglang import settings
+
+    return settings.get(EVERY_ENV)
 
 
 class RankConsensus:

@@ -21,13 +21,13 @@ nodes renamed to get there (``siblings_renamed``).
 
 from __future__ import annotations
 
-import os
+from ssr_sglang import settings
 
-POINTS = ("fork", "propose", "step", "finish")
-FAULTS = frozenset(p.strip() for p in os.environ.get("SSR_TEST_FAULTS", "").split(",") if p.strip())
+POINTS = settings.SETTINGS["SSR_TEST_FAULTS"].choices  # ("fork", "propose", "step", "finish")
+FAULTS = settings.get("SSR_TEST_FAULTS")
 
-CHECK_TREES = os.environ.get("SSR_TEST_CHECK_TREES", "") == "1"
-DRAFT_TOKENS = os.environ.get("SSR_TEST_DRAFT_TOKENS", "") == "1"
+CHECK_TREES = settings.get("SSR_TEST_CHECK_TREES")
+DRAFT_TOKENS = settings.get("SSR_TEST_DRAFT_TOKENS")
 
 
 class InjectedFault(RuntimeError):

@@ -22,9 +22,9 @@ FORCE_OVERLAP_CPU_ENV = "SSR_TEST_FORCE_OVERLAP_CPU"
 
 
 def force_overlap_cpu() -> bool:
-    import os
+    from ssr_sglang import settings
 
-    return os.environ.get(FORCE_OVERLAP_CPU_ENV, "").strip().lower() in ("1", "true", "yes")
+    return settings.get(FORCE_OVERLAP_CPU_ENV)
 
 
 class SSRSpecAlgo(CustomSpecAlgo):
@@ -50,12 +50,11 @@ class SSRSpecAlgo(CustomSpecAlgo):
 
         ``sa`` is SGLang's write-recording stand-in: reads see the user's values, writes declare.
         """
+        from ssr_sglang import settings
         from ssr_sglang.srt.config import server_config_from_env
 
-        server_config_from_env()  # a bad SSR_* variable fails start-up here, naming it
-        from ssr_sglang.srt.consensus import check_every
-
-        check_every()  # SSR_TP_CONSENSUS_EVERY, likewise
+        settings.check_environment()  # a bad SSR_* value fails start-up here, naming it; unknown ones are logged
+        server_config_from_env()  # likewise for what no single variable shows (a schedule, the think markers)
         from ssr_sglang.srt import compat
 
         compat.check_static()  # an SGLang internal SSR relies on is missing: stop, naming it

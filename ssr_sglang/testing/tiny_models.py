@@ -13,6 +13,7 @@ import os
 import random
 from pathlib import Path
 
+from ssr_sglang import settings
 from ssr_sglang.models.tokenizer_files import train_chat_tokenizer
 
 
@@ -119,7 +120,7 @@ def _write_rope_theta(config_path: Path, default: float = 10000.0) -> None:
 
 def cached_tiny_model(arch: str = "qwen3", root: str | os.PathLike | None = None, **kwargs) -> Path:
     """Build once into ``root`` (default: ``$SSR_TEST_MODEL_DIR`` or ``.cache/test-models``), then reuse."""
-    root = Path(root or os.environ.get("SSR_TEST_MODEL_DIR", ".cache/test-models"))
+    root = Path(root or settings.get("SSR_TEST_MODEL_DIR"))
     tag = "-".join(f"{k}{v}" for k, v in sorted(kwargs.items()))
     out = root / (f"tiny-{arch}" + (f"-{tag}" if tag else ""))
     if not (out / "model.safetensors").exists() or not (out / "tokenizer.json").exists():

@@ -1,0 +1,126 @@
+"""The settings registry (ssr_sglang.settings): one declaration per SSR_* variable, the only reader of them,
+the committed reference generated from it, bad values named, unknown variables reported."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ssr_sglang import settings
+from ssr_sglang.settings import SETTINGS, SSRConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ssr_sglang"
+BAD = {"bool": "maybe", "int": "many", "float": "lots", "choice": "bogus", "ints": "10,x", "numbers": "0.5,x",
+       "names": "bogus"}
+
+
+def test_committed_reference_is_generated_from_the_registry():
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    assert doc == settings.markdown(), ("docs/configuration.md drifted from ssr_sglang/settings.py; regenerate: "
+                                        "python -m ssr_sglang.settings --markdown > docs/configuration.md")
+    for name in SETTINGS:
+        assert f"`{name}`" in doc
+
+
+def _package_sources():
+    return [p for p in PACKAGE.rglob("*.py") if p.name != "settings.py"]
+
+
+def test_every_ssr_variable_named_in_the_package_is_declared():
+    named, identifiers = set(), set()
+    for path in _package_sources():
+        text = path.read_text()
+        named |= set(re.findall(r"[\"'](SSR_[A-Z0-9_]*[A-Z0-9])[\"']", text))
+        identifiers |= set(re.findall(r"^(SSR_[A-Z0-9_]+) =", text, re.M))  # Python names in __all__, not variables
+    named -= identifiers
+    assert {"SSR_EVERY", "SSR_CPU_EXACT_VERIFY"} <= named, "the scan misses known names: the pattern is broken"
+    assert sorted(named - set(SETTINGS)) == []
+
+
+def test_no_module_but_the_registry_reads_the_ssr_environment():
+    reader = re.compile(r"(environ\.get|getenv|environ\[|environ\.setdefault)\(?\s*[\"']SSR_")
+    offenders = [str(p.relative_to(ROOT)) for p in _package_sources() if reader.search(p.read_text())]
+    assert offenders == []
+
+
+def test_defaults_are_the_configs_defaults():
+    from ssr_sglang.srt.config import _REQUEST_KEYS, RequestConfig, ServerConfig, server_config_from_env
+
+    assert server_config_from_env({}) == ServerConfig()
+    request = RequestConfig()
+    for key, (field, var) in _REQUEST_KEYS.items():
+        assert SETTINGS[var].request_key == key
+        assert SETTINGS[var].default == getattr(request, field), var
+    declared = {s.request_key for s in SETTINGS.values() if s.request_key}
+    assert declared == set(_REQUEST_KEYS)
+
+
+@pytest.mark.parametrize("name", [n for n, s in SETTINGS.items() if s.kind in BAD])
+def test_a_bad_value_is_an_error_naming_the_variable(name):
+    with pytest.raises(SSRConfigError, match=name):
+        settings.get(name, {name: BAD[SETTINGS[name].kind]})
+
+
+@pytest.mark.parametrize("name,raw", [("SSR_MAX_KV_USAGE", "1.5"), ("SSR_MAX_KV_USAGE", "nan"), ("SSR_MAX_BATCH", "0"),
+                                      ("SSR_MAX_DRAFT_TOKENS", "65537"), ("SSR_TP_CONSENSUS_EVERY", "-1"),
+                                      ("SSR_MAX_BATCH", "none"), ("SSR_TEST_FAULTS", "fork,bogus")])
+def test_out_of_range_values_are_named(name, raw):
+    with pytest.raises(SSRConfigError, match=name):
+        settings.get(name, {name: raw})
+
+
+def test_parsed_values():
+    env = {"SSR_ENABLED": " Off", "SSR_POLICY": "FIXED", "SSR_CHECKPOINTS": "16, 48,", "SSR_EVERY": "none",
+           "SSR_FRACTIONS": "0.25,1", "SSR_MAX_KV_USAGE": "0.5", "SSR_CPU_SPEC_SAMPLING": "",
+           "SSR_TEST_FAULTS": "fork, step", "SSR_THINK_START": " <t> "}
+    got = {name: settings.get(name, env) for name in env}
+    assert got == {"SSR_ENABLED": False, "SSR_POLICY": "fixed", "SSR_CHECKPOINTS": (16, 48), "SSR_EVERY": None,
+                   "SSR_FRACTIONS": (0.25, 1.0), "SSR_MAX_KV_USAGE": 0.5, "SSR_CPU_SPEC_SAMPLING": True,
+                   "SSR_TEST_FAULTS": frozenset({"fork", "step"}), "SSR_THINK_START": " <t> "}
+    assert settings.get("SSR_MAX_BATCH", {}) is None and settings.get("SSR_TP_CONSENSUS_EVERY", {}) == 1
+    with pytest.raises(KeyError):
+        settings.get("SSR_NOT_DECLARED", {})
+
+
+def test_unknown_variables_are_reported_with_the_closest_name():
+    warnings = []
+    env = {"SSR_MAX_BACH": "4", "SSR_ZZZ": "1", "SSR_EVERY": "16", "OTHER": "x"}
+    found = settings.check_environment(env, warn=lambda *a: warnings.append(a[0] % a[1:]))
+    assert found == [("SSR_MAX_BACH", "SSR_MAX_BATCH"), ("SSR_ZZZ", None)]
+    (msg,) = warnings
+    assert "SSR_MAX_BACH (did you mean SSR_MAX_BATCH?)" in msg and "SSR_ZZZ (no close match)" in msg
+    assert settings.check_environment({"SSR_EVERY": "16"}, warn=warnings.append) == [] and len(warnings) == 1
+
+
+def test_server_start_up_reports_unknown_and_refuses_bad_values(monkeypatch, caplog):
+    """What the launcher runs first (SSRSpecAlgo.handle_server_args): the unknown name is logged, then
+    the bad value stops start-up naming its variable."""
+    from ssr_sglang.srt.spec import SSRSpecAlgo
+
+    monkeypatch.setenv("SSR_CHECKPOINT", "64")
+    monkeypatch.setenv("SSR_MAX_KV_USAGE", "2")
+    with caplog.at_level(logging.WARNING, logger="ssr_sglang.settings"):
+        with pytest.raises(SSRConfigError, match="SSR_MAX_KV_USAGE"):
+            SSRSpecAlgo.handle_server_args(None, type("Args", (), {"device": "cpu"})())
+    assert "SSR_CHECKPOINT (did you mean SSR_CHECKPOINTS?)" in caplog.text
+
+
+def test_registry_imports_no_engine():
+    code = ("import sys, ssr_sglang.settings; heavy = {'torch', 'numpy', 'sglang'} & set(sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, env={"PATH": "/usr/bin:/bin"})
+
+
+def test_settings_are_frozen_declarations():
+    for name, s in SETTINGS.items():
+        assert s.name == name and name.startswith(settings.PREFIX) and s.group in settings.GROUPS
+        assert s.kind in settings._PARSERS and s.meaning
+        assert dataclasses.is_dataclass(s)
+        assert (s.kind in ("choice", "names")) == bool(s.choices), name
