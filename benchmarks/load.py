@@ -44,9 +44,12 @@ import bench_utils as bu  # noqa: E402
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="bundled", help="bundled | humaneval | classeval | longproc:<task> | jsonl")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--prompts", default=None, help="JSONL prompts for --dataset jsonl")
+    p.add_argument("--dataset", default="bundled",
+                   help="bundled | humaneval | classeval | humaneval-think | classeval-think | longproc:<task> | "
+                        "jsonl (with --prompts)")
+    p.add_argument("--data-root", default=None, help=bu.DATA_ROOT_HELP)
+    p.add_argument("--prompts", default=None, help=bu.JSONL_HELP)
+    p.add_argument("--answer-prefix", default=None, help=bu.ANSWER_PREFIX_HELP)
     p.add_argument("--seed", type=int, default=1234, help="bundled task seed (held out from training)")
     p.add_argument("--model-path", default=None, help="default: the bundled tiny reasoning model")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
@@ -198,7 +201,7 @@ def main(argv=None) -> int:
         room = args.max_new_tokens + 2 * args.num_draft_tokens + 16
         max_prompt = ctx - room if ctx and ctx > room else None
     loaded = bu.tokenize(bu.load_dataset(args.dataset, n_prompts + args.warmup, args.data_root, args.seed,
-                                         args.prompts), tokenizer, max_prompt)
+                                         args.prompts, args.answer_prefix), tokenizer, max_prompt)
     prompts, warmup = loaded[:n_prompts], loaded[n_prompts:] or loaded[:1]
     max_c = max(c for c, _ in levels)
     extra = f" --max-running-requests {2 * max_c + 8}"
