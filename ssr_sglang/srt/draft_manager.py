@@ -54,6 +54,10 @@ DIVERGED_HORIZON = 64
 # A request the policy declined to fork for is weighed again after this many more reasoning tokens, not every
 # step (a decision costs tens of microseconds per request; its inputs move little in a few tokens).
 REDECIDE_TOKENS = 8
+# KV headroom below which drafts are preempted: the tokens the running batch may allocate in this many decode
+# steps (SGLang reserves 2 * --speculative-num-draft-tokens per request and step; an aborted draft's KV is
+# freed only when its abort is processed, a step later, so one step of margin).
+PREEMPT_STEPS = 2
 
 
 def unsupported_request(req) -> str:
@@ -128,7 +132,9 @@ class DraftManager:
         self._failures_logged: set = set()
         self.totals = ServerTotals()
         # parents SGLang ended through send_abort_output; states dropped by the per-step reconciliation
-        self.lifecycle_counts = {"ended_by_abort_output": 0, "reconciled": 0}
+        # drafts_preempted: drafts aborted to make room for real requests (preempt_drafts)
+        self.lifecycle_counts = {"ended_by_abort_output": 0, "reconciled": 0, "drafts_preempted": 0}
+        self._waiting: set = set()  # real requests seen waiting at the last step (preempt_drafts)
         self.tree_stats: Optional[dict] = None  # tests (SSR_TEST_CHECK_TREES): counted by the worker
         self.width_policy = None  # the worker's WidthPolicy under SSR_VERIFY_WIDTH=auto (/server_info)
         self.on_result = None  # the worker's callback (batch, result) when a step's result is processed
@@ -233,6 +239,10 @@ class DraftManager:
                         self.disable(req.rid, f"settling the finished request failed: {e!r}", e)
                         self.end(scheduler, req.rid)
             try:
+                self.preempt_drafts(scheduler)
+            except Exception:  # noqa: BLE001 - an SGLang change: SGLang's own retraction still applies
+                logger.exception("SSR: checking for memory pressure failed")
+            try:
                 self.fork_due(scheduler, batch)
             except Exception as e:  # noqa: BLE001
                 # Requests after the failing one are looked at again next step (forking reads counts).
@@ -309,6 +319,37 @@ class DraftManager:
             elif st.phase == REASONING:
                 self._maybe_fork(scheduler, st, req)
 
+    # -- real requests first -----------------------------------------------------------------
+    def preempt_drafts(self, scheduler) -> int:
+        """Drafts yield to real requests: abort every live draft (running or queued) when a real request was
+        left waiting at two consecutive steps (not admitted: slots or KV taken) or the free KV could not
+        cover the running batch's next ``PREEMPT_STEPS`` decode steps (SGLang would retract a request next,
+        maybe a real one). Returns the drafts aborted. Reads only queues and allocator counts, identical
+        on every tensor-parallel rank."""
+        waiting = {r.rid for r in scheduler.waiting_queue if not self.is_hidden(r.rid)}
+        stuck, self._waiting = waiting & self._waiting, waiting
+        parents = [st for st in self.requests.values() if not st.is_draft and st.live_drafts()]
+        if not parents:
+            return 0
+        reason = f"{len(stuck)} real request(s) not admitted for two steps" if stuck else self._kv_pressure(scheduler)
+        if not reason:
+            return 0
+        n = 0
+        for st in parents:
+            for b in st.live_drafts():
+                self._cancel(scheduler, st, b)
+                n += 1
+        self.lifecycle_counts["drafts_preempted"] += n
+        logger.info("SSR: %d draft(s) preempted: %s", n, reason)
+        return n
+
+    def _kv_pressure(self, scheduler) -> str:
+        """Why the KV pool is too full for drafts ("" when it is not): its free tokens (free or evictable)
+        below what the running batch may allocate in ``PREEMPT_STEPS`` decode steps."""
+        free = (1.0 - kv_usage(scheduler)) * scheduler.max_total_num_tokens
+        need = PREEMPT_STEPS * len(scheduler.running_batch.reqs) * 2 * self.num_nodes
+        return f"{free:.0f} free KV tokens < {need} for the next {PREEMPT_STEPS} decode steps" if free < need else ""
+
     def _maybe_fork(self, scheduler, st: RequestSSR, req) -> None:
         reason = self._skip_reason(scheduler, req)  # checked first: cheap, and under load it is the answer
         if reason:
@@ -338,15 +379,20 @@ class DraftManager:
 
     def _skip_reason(self, scheduler, req) -> str:
         """Why no draft may start now ("" when one may): real requests go first, and drafts stay out
-        of a busy batch or KV pool. Under TP all four inputs are identical on every rank by
+        of a busy batch (running requests and drafts already queued) or KV pool. Under TP all these inputs are
+        identical on every rank by
         construction (same broadcast requests, same batches, same allocations): no broadcast needed."""
         if any(not self.is_hidden(r.rid) for r in scheduler.waiting_queue):
             return "real requests are waiting"
-        if len(scheduler.running_batch.reqs) >= self.max_draft_batch:
-            return f"{len(scheduler.running_batch.reqs)} requests running (SSR_MAX_BATCH={self.max_draft_batch})"
+        running, queued = len(scheduler.running_batch.reqs), len(scheduler.waiting_queue)  # queued: drafts only
+        if running + queued >= self.max_draft_batch:
+            return f"{running} requests running and {queued} drafts queued (SSR_MAX_BATCH={self.max_draft_batch})"
         usage = kv_usage(scheduler)
         if usage > self.cfg.max_kv_usage:
             return f"KV usage {usage:.2f} > SSR_MAX_KV_USAGE={self.cfg.max_kv_usage}"
+        pressure = self._kv_pressure(scheduler)  # a draft forked now would be preempted at once
+        if pressure:
+            return pressure
         if getattr(req, "grammar", None) is not None:
             return "constrained decoding"
         return ""

@@ -135,3 +135,53 @@ def test_a_declined_request_is_weighed_again_only_every_few_tokens():
     m.policy.answer = True
     st.counters.reasoning_tokens += REDECIDE_TOKENS
     assert m._decide(sched, st)["fork"] is True and asked[-1] == st.reasoning_len
+
+
+def kv_scheduler(running=(), waiting=(), free=1000, total=1000):
+    """A scheduler stand-in with a KV pool of ``total`` tokens, ``free`` of them free."""
+    s = scheduler(running, waiting)
+    s.max_total_num_tokens = total
+    s.token_to_kv_pool_allocator = NS(available_size=lambda: free)
+    s.tree_cache = NS(evictable_size=lambda: 0)
+    return s
+
+
+def test_drafts_already_queued_count_against_the_draft_batch_cap():
+    """Issue 36: SSR_MAX_BATCH bounds running requests plus drafts queued but not running yet."""
+    m = manager(p=["p#ssr-0000"], q=["q#ssr-0000"])
+    req = NS(rid="p", grammar=None)
+    assert m._skip_reason(kv_scheduler(running=["p", "q"], waiting=["p#ssr-0000"]), req) == ""
+    why = m._skip_reason(kv_scheduler(running=["p", "q"], waiting=["p#ssr-0000", "q#ssr-0000"]), req)
+    assert why == "2 requests running and 2 drafts queued (SSR_MAX_BATCH=4)"
+
+
+def test_drafts_are_preempted_first_when_the_kv_pool_runs_short():
+    """Issue 36: when the free KV could not cover the running batch's next decode steps, every live draft
+    (running or queued) is aborted, before SGLang would retract a request; real requests are untouched,
+    and no new draft is forked into that pool."""
+    from ssr_sglang.srt.draft_manager import PREEMPT_STEPS
+
+    m = manager(p=["p#ssr-0000", "p#ssr-0001"], q=[])
+    running = ["p", "q", "p#ssr-0000"]
+    need = PREEMPT_STEPS * len(running) * 2 * m.num_nodes
+    roomy = kv_scheduler(running=running, waiting=["p#ssr-0001"], free=need + 1)
+    assert m.preempt_drafts(roomy) == 0 and not roomy.aborted
+    tight = kv_scheduler(running=running, waiting=["p#ssr-0001"], free=need - 1)
+    m.max_draft_batch, m.cfg = 16, ServerConfig(max_kv_usage=1.0)  # neither cap nor usage threshold in the way
+    assert "free KV tokens" in m._skip_reason(tight, NS(rid="q", grammar=None))
+    assert m.preempt_drafts(tight) == 2
+    assert sorted(tight.aborted) == ["p#ssr-0000", "p#ssr-0001"]
+    assert all(b.cancelled for b in m.requests["p"].drafts) and m.server_info()["drafts_preempted"] == 2
+    assert m.preempt_drafts(tight) == 0  # nothing left to preempt
+
+
+def test_drafts_yield_to_a_real_request_left_waiting():
+    """A real request not admitted at two consecutive steps while drafts hold slots or KV: the drafts go.
+    One step in the queue is no sign of a shortage (it may be admitted at the next one)."""
+    m = manager(p=["p#ssr-0000"])
+    s = kv_scheduler(running=["p", "p#ssr-0000"], waiting=["new"])
+    assert m.preempt_drafts(s) == 0
+    assert m.preempt_drafts(s) == 1 and s.aborted == ["p#ssr-0000"]
+    m2 = manager(p=["p#ssr-0000"])
+    for waiting in (["a"], ["b"], []):  # a different request each step: none was left waiting
+        assert m2.preempt_drafts(kv_scheduler(running=["p", "p#ssr-0000"], waiting=waiting)) == 0
