@@ -11,7 +11,10 @@ answer-phase speedup, acceptance length, and whether every output was identical.
 
 The bundled hybrid reasoner works the same way (the same task family; on CPU the main job adds the flags SGLang
 needs for hybrid Gated DeltaNet models): ``--model-path ssr_sglang/models/tiny-hybrid-reasoner``.
-Any other model works too: ``--model-path /models/Qwen3-8B --device cuda --prompts prompts.jsonl``
+``--model smollm2-reasoner`` runs it on the SmolLM2 reasoner (SmolLM2-135M-Instruct fine-tuned to reason inside
+``<think>`` … ``</think>``, built once by ``python -m ssr_sglang.models.smollm2_reasoner build``) with held-out
+HumanEval problems and word problems, alternating (scored by pass@1 and exact match). Any other model works too:
+``--model-path /models/Qwen3-8B --device cuda --prompts prompts.jsonl``
 (one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line).
 """
 
@@ -36,13 +39,16 @@ METHODS = ("plain", "ngram", "ssr")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="tiny", choices=["tiny", "smollm2-reasoner"],
+                   help="tiny: the bundled tiny reasoner (or --model-path); smollm2-reasoner: the SmolLM2 reasoner "
+                        "built from the committed adapter, on its held-out code and word-problem prompts")
     p.add_argument("--model-path", default=None,
                    help="default: the bundled tiny reasoning model (ssr_sglang/models/tiny-reasoner; the bundled "
                         "hybrid one, ssr_sglang/models/tiny-hybrid-reasoner, takes the same tasks)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
     p.add_argument("--n", type=int, default=24, help="number of timed tasks")
     p.add_argument("--warmup", type=int, default=8, help="tasks of another seed each server serves first (not timed)")
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: 512 (768 for smollm2-reasoner)")
     p.add_argument("--prompts", default=None, help="JSONL file of prompts (for models other than the bundled one)")
     p.add_argument("--methods", default=",".join(METHODS), help="comma list of plain,ngram,ssr")
     p.add_argument("--num-draft-tokens", type=int, default=12, help="--speculative-num-draft-tokens (NGRAM and SSR)")
@@ -58,6 +64,8 @@ def parse_args(argv=None):
 def load_tasks(args, tokenizer, n: int, seed: int, skip: int = 0) -> list:
     """``[{"input_ids": [...], "expected": ... or None}]``: ``n`` tasks (from ``--prompts``: after
     the first ``skip`` lines; else the bundled model's task generator with ``seed``)."""
+    if args.model == "smollm2-reasoner":
+        return reasoner_tasks(tokenizer, n, skip)
     if args.prompts:
         lines = [l for l in Path(args.prompts).read_text().splitlines() if l.strip()]
         rows = [json.loads(l) for l in lines[skip: skip + n]]
@@ -74,6 +82,25 @@ def load_tasks(args, tokenizer, n: int, seed: int, skip: int = 0) -> list:
     for m, exp in zip(msgs, expected):
         text = tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
         out.append({"input_ids": tokenizer(text, add_special_tokens=False).input_ids, "expected": exp})
+    return out
+
+
+def reasoner_tasks(tokenizer, n: int, skip: int) -> list:
+    """Held-out tasks of the SmolLM2 reasoner, code and word problems alternating, after the first ``skip``
+    of each kind; each with a ``score(answer_text) -> bool`` (pass@1 or exact match)."""
+    from ssr_sglang.models.smollm2_reasoner import evaluate
+
+    code = evaluate.held_out_tasks(55, 0)
+    words = evaluate.held_out_tasks(0, skip + n)
+    half = (n + 1) // 2
+    if skip + half > len(code):
+        raise SystemExit(f"the reasoner has {len(code)} held-out code problems; asked for {skip + half}")
+    picked = [t for pair in zip(code[skip:skip + half], words[skip:skip + half]) for t in pair][:n]
+    out = []
+    for t in picked:
+        text = tokenizer.apply_chat_template(t["messages"], add_generation_prompt=True, tokenize=False)
+        out.append({"input_ids": tokenizer(text, add_special_tokens=False).input_ids, "expected": None,
+                    "id": t["id"], "score": (lambda a, t=t: evaluate.score(t, a))})
     return out
 
 
@@ -116,7 +143,7 @@ def run_side_by_side(args, model, tasks_, warmup, out_dir: Path) -> dict:
     with ExitStack() as stack:
         servers = {}
         for m in methods:  # one after the other: SGLang sizes its KV pool from the memory free at load
-            e = dict(env) if m == "ssr" else {}
+            e = {**getattr(args, "ssr_markers", {}), **env} if m == "ssr" else {}
             if args.device != "cpu":
                 e["SGLANG_USE_CPU_ENGINE"] = "0"
             servers[m] = stack.enter_context(
@@ -181,7 +208,11 @@ def summarize(results: dict, tasks_) -> dict:
         acc = [r["spec_accept_length"] for r in rows if r.get("spec_accept_length")]
         if acc:
             s["mean_spec_accept_length"] = statistics.mean(acc)
-        if tasks_[0]["expected"] is not None:
+        if tasks_[0].get("score") is not None:
+            s["answers_correct"] = sum(bool(t["score"](r["text"].split("</think>")[-1]))
+                                       for r, t in zip(rows, tasks_) if "</think>" in r["text"])
+            s["think_closed"] = sum("</think>" in r["text"] for r in rows)
+        elif tasks_[0]["expected"] is not None:
             from ssr_sglang.models.tasks import parse_answer
 
             s["answers_correct"] = sum(parse_answer(r["text"].split("</think>")[-1]) == t["expected"]
@@ -282,8 +313,19 @@ def main(argv=None) -> int:
 
     from ssr_sglang.models import BUNDLED_MODELS_ROOT, bundled_model_path
 
-    model = args.model_path or bundled_model_path()
-    if Path(model).resolve().parent != BUNDLED_MODELS_ROOT and not args.prompts:
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 768 if args.model == "smollm2-reasoner" else 512
+    if args.model == "smollm2-reasoner":
+        from ssr_sglang.models.smollm2_reasoner.build import SSR_ENV, BuildError, cached_reasoner
+
+        try:
+            model = str(cached_reasoner())
+        except BuildError as e:
+            sys.exit(f"error: {e}")
+        args.ssr_markers = dict(SSR_ENV)  # its think markers are text, not tokens of the vocab
+    else:
+        model = args.model_path or bundled_model_path()
+    if args.model == "tiny" and Path(model).resolve().parent != BUNDLED_MODELS_ROOT and not args.prompts:
         sys.exit("--model-path other than the bundled models needs --prompts (a JSONL file of prompts)")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -298,6 +340,7 @@ def main(argv=None) -> int:
     stamp = time.strftime("%Y-%m-%d")
     cmd = "python -m ssr_sglang.main_job " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     (out_dir / "results.json").write_text(json.dumps({"date": stamp, "command": cmd, "model": model,
+                                                      "task_ids": [t.get("id") for t in tasks_],
                                                       "summary": summary, "results": results}, indent=1))
     vs = versus_line(summary)
     (out_dir / "results.md").write_text(f"{stamp}, `{cmd}`\n\n{table}\n\n{spread_markdown(summary)}\n\n{vs}\n")
