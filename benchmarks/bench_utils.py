@@ -324,10 +324,24 @@ def command_line(script: str, argv) -> str:
     return f"python benchmarks/{script} " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
 
 
+def portable(text: str) -> str:
+    """``text`` with this checkout's folder written as a relative path (``ssr_sglang/...``, ``.venv/...``,
+    ``../shared/...``), so that results name no machine's folders."""
+    return text.replace(str(ROOT) + "/", "").replace(str(ROOT.parent) + "/", "../")
+
+
 def write_outputs(out_dir: Path, payload: dict, markdown: str) -> None:
+    """``results.json`` and ``results.md``, with portable paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
-    (out_dir / "results.md").write_text(markdown + "\n")
+    (out_dir / "results.json").write_text(portable(json.dumps(payload, indent=1)))
+    (out_dir / "results.md").write_text(portable(markdown + "\n"))
+
+
+def portable_logs(out_dir: Path) -> None:
+    """The servers' logs in ``out_dir`` with portable paths (call once the servers have stopped)."""
+    for log in out_dir.glob("server-*.log"):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            log.write_text(portable(log.read_text()))
 
 
 def pyplot():

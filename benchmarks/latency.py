@@ -420,6 +420,7 @@ def main(argv=None) -> int:
                f"{max_prompt} tokens")
     t0 = time.time()
     results, totals = run_all(args, model, prompts, vs, out_dir, warmup)
+    bu.portable_logs(out_dir)  # the servers have stopped
     summary = summarize(results, prompts)
     mode = ("all servers up at once, order rotated per prompt" if args.side_by_side else
             "one server at a time (plain, then SSR with its per-request variants in rotated order, then NGRAM)")

@@ -51,3 +51,15 @@ def test_help_names_no_absolute_path():
         assert "--answer-prefix" in out and "answer_prefix" in out, script
         for folder in {str(ROOT), str(ROOT.parent), "/work/", "/root/", "/home/"}:
             assert folder not in out, (script, folder)
+
+
+def test_results_name_no_machine_folder(tmp_path):
+    bu = _bu()
+    model = bu.ROOT / "ssr_sglang" / "models" / "tiny-reasoner"
+    bu.write_outputs(tmp_path, {"model": str(model), "data": str(bu.DEFAULT_DATA_ROOT)}, f"model `{model}`")
+    (tmp_path / "server-ssr.log").write_text(f"{bu.ROOT}/.venv/lib/python3.11/site-packages/sglang/x.py: warning\n")
+    bu.portable_logs(tmp_path)
+    assert json.loads((tmp_path / "results.json").read_text()) == {"model": "ssr_sglang/models/tiny-reasoner",
+                                                                   "data": "../shared/data"}
+    assert (tmp_path / "results.md").read_text() == "model `ssr_sglang/models/tiny-reasoner`\n"
+    assert (tmp_path / "server-ssr.log").read_text().startswith(".venv/lib/")
