@@ -34,7 +34,13 @@ Expected cost::
 * ``D = min(draft cap, A)`` tokens the draft writes, ``a_self`` its own tokens per step (a draft
   seeded with an earlier draft's answer accepts much of it per step), ``c_draft`` the measured extra
   seconds one draft adds to a reasoning step at this batch size (whole scheduler iterations),
-  ``t_prefill`` the measured draft prefill time;
+  ``t_prefill`` the measured draft prefill time (its share of the pass, and what the step after it
+  finishes of its work);
+* both priced by the draft's context length ``L`` (a draft's decode re-reads its whole KV cache, a
+  fork's prefill attends to all of it): ``c_draft`` at the draft's mean context over its life (the
+  fork's ``L`` plus ``D / 2``), ``t_prefill`` at the fork's ``L``, each from a line fitted to the
+  samples, which carry their drafts' context (:class:`_Costs`: the medians of the shorter- and
+  longer-context halves); the plain median while the samples' contexts are too alike to tell;
 * ``B`` the client requests in the running batch: every one of them waits for the draft's share of
   each step and for its prefill pass, while the saving goes to one request (``B = 1`` at batch 1;
   where ``c_draft`` and ``t_prefill`` are near zero, as on a GPU, ``B`` changes nothing).
@@ -89,6 +95,7 @@ CONTROL_WINDOW = 4  # a_plain comes from this many most recent control requests
 A_PLAIN_DOUBT = 0.25  # a decision hinges on a_plain if it flips with a_plain this much higher or lower
 EXPLORE_DISCOUNT = 0.5  # an exploring draft must pay at this share of the cost estimated from another batch size
 PRIOR_TOKENS = 1.0  # pseudo answer tokens behind the optimistic prior of an unmeasured fork distance
+CONTEXT_SPREAD = 0.2  # a cost is priced by context once its samples' halves differ by this share in context
 BUCKETS = 64
 _CENTRES = np.arange(1, BUCKETS) - 1 + np.log2(1.5)  # log2 of the middle of buckets 1.. (2**(b-1) to 2**b - 1)
 
@@ -127,6 +134,7 @@ class RequestView:
     settled: bool  # two consecutive drafts agreed
     # The newest draft, if any: (reasoning tokens at its fork, tokens it wrote, still running).
     latest: Optional[Tuple[int, int, bool]] = None
+    context_tokens: int = 0  # a draft forked now: its input (prompt + reasoning so far); 0: unknown
 
 
 class _Window:
@@ -160,6 +168,64 @@ class _Window:
         return self._median
 
 
+class _Costs(_Window):
+    """A :class:`_Window` of costs whose samples carry the context length (tokens) of the drafts they
+    measured. :meth:`at` prices a context: the line through the medians (cost and context) of the
+    shorter-context and the longer-context half of the samples, its slope at least 0; the plain median
+    where the halves' contexts differ by less than ``CONTEXT_SPREAD`` of the longer one, or fewer than
+    ``2 * MIN_COST_SAMPLES`` samples are kept. Medians: one stray step does not tilt the line.
+
+    >>> c = _Costs()
+    >>> for _ in range(4):
+    ...     c.add(0.001, 2000); c.add(0.004, 32000)   # +0.1 ms per 1000 tokens of context
+    >>> round(c.at(8000) * 1e3, 3), round(c.value * 1e3, 3), round(c.per_token() * 1e7, 3)
+    (1.6, 2.5, 1.0)
+    """
+
+    __slots__ = ("contexts", "_line")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.contexts: Deque[float] = collections.deque(maxlen=WINDOW)
+        self._line: Optional[Tuple[float, float, float]] = None
+
+    def add(self, x: float, context: float = 0.0) -> None:
+        super().add(x)
+        self.contexts.append(float(context))
+        self._line = None
+
+    def replace_last(self, k: int, x: float) -> None:
+        super().replace_last(k, x)  # the samples keep their contexts
+        self._line = None
+
+    def _fit(self) -> Tuple[float, float, float]:
+        """(cost, context, slope) of the line's anchor, the shorter half's medians; slope 0 where the
+        contexts are too alike (the anchor is then the plain median)."""
+        if self._line is None:
+            self._line = (self.value, 0.0, 0.0)
+            n = len(self.samples)
+            if n >= 2 * MIN_COST_SAMPLES and len(self.contexts) == n:
+                order = np.argsort(np.asarray(self.contexts), kind="stable")
+                x, ctx = np.asarray(self.samples)[order], np.asarray(self.contexts)[order]
+                lo, hi = slice(0, n // 2), slice(n - n // 2, n)
+                l_lo, l_hi = float(np.median(ctx[lo])), float(np.median(ctx[hi]))
+                if l_hi > 0 and l_hi - l_lo >= CONTEXT_SPREAD * l_hi:
+                    x_lo, x_hi = float(np.median(x[lo])), float(np.median(x[hi]))
+                    self._line = (x_lo, l_lo, max(0.0, (x_hi - x_lo) / (l_hi - l_lo)))
+        return self._line
+
+    def at(self, context: Optional[float]) -> float:
+        """The cost at ``context`` tokens (None: unknown, the median)."""
+        if context is None:
+            return self.value
+        x0, l0, slope = self._fit()
+        return x0 + slope * (context - l0)
+
+    def per_token(self) -> float:
+        """Seconds per token of context (0 until the samples' contexts differ enough to tell)."""
+        return self._fit()[2]
+
+
 class DraftPolicy:
     """Server-wide measurements and the fork decision (see module docstring).
 
@@ -179,12 +245,12 @@ class DraftPolicy:
         # Per log2 bucket of the batch's client requests, seconds of: a reasoning step with no draft in
         # the batch, the extra a draft adds to such a step, and a step with answers in it (no draft).
         self._step: Dict[int, _Window] = collections.defaultdict(_Window)
-        self._extra: Dict[int, _Window] = collections.defaultdict(_Window)
+        self._extra: Dict[int, _Costs] = collections.defaultdict(_Costs)  # ... priced by the drafts' context
         # Draft-free reasoning steps since the last draft-carrying one: a cost measured long ago (under
         # another load) is measured again by exploring, so one bad estimate cannot stop drafting for good.
         self._since_extra: Dict[int, int] = collections.defaultdict(int)
         self._answer_step: Dict[int, _Window] = collections.defaultdict(_Window)
-        self._prefill = _Window()
+        self._prefill = _Costs()  # a draft's prefill, priced by its context
         self._pending_prefill: Optional[Tuple[float, int]] = None  # (share, drafts) until the next step
         self._steps = 0  # decode steps observed
         self._explored: Dict[int, int] = {}  # batch bucket -> step of the last exploring draft granted
@@ -207,11 +273,11 @@ class DraftPolicy:
 
     # -- measurements ---------------------------------------------------
     def observe_step(self, batch_size: int, drafts: int, seconds: float, reasoning: bool,
-                     after_prefill: bool = False, after_draft: bool = False) -> None:
+                     after_prefill: bool = False, after_draft: bool = False, draft_context: float = 0.0) -> None:
         """A decode step of ``batch_size`` client requests and ``drafts`` drafts took ``seconds``;
         ``reasoning``: every client request of the batch was reasoning. A draft's cost is measured
         on reasoning steps only (like against like: answer steps build proposals and verify fuller
-        trees).
+        trees), with ``draft_context``, the drafts' mean context length (tokens in their KV cache).
 
         ``after_prefill``: the step directly follows a prefill pass. Such a step also finishes the
         prefill's work (its outputs, the new requests' first decode setup), so it is no sample of a
@@ -250,13 +316,15 @@ class DraftPolicy:
             self._since_extra[b] += 1
         elif self._step[b].n:
             self._since_extra[b] = 0
-            self._extra[b].add((seconds - self._step[b].value) / drafts)  # may be < 0: noise, kept unclipped
+            # may be < 0: noise, kept unclipped
+            self._extra[b].add((seconds - self._step[b].value) / drafts, draft_context)
 
-    def observe_prefill(self, seconds: float, drafts: int = 1) -> None:
-        """A prefill pass started ``drafts`` drafts; ``seconds`` is each one's share of it. The next
-        decode step's excess over a plain step is added to these samples (:meth:`observe_step`)."""
+    def observe_prefill(self, seconds: float, drafts: int = 1, context: float = 0.0) -> None:
+        """A prefill pass started ``drafts`` drafts of mean context ``context`` (their input tokens);
+        ``seconds`` is each one's share of it. The next decode step's excess over a plain step is added
+        to these samples (:meth:`observe_step`)."""
         for _ in range(drafts):
-            self._prefill.add(seconds)
+            self._prefill.add(seconds, context)
         self._pending_prefill = (seconds, drafts) if drafts > 0 else None
 
     def _settle_prefill(self, b: int, drafts: int, seconds: float) -> None:
@@ -405,7 +473,9 @@ class DraftPolicy:
             "reasoning_step_s": {b: r6(w.value) for b, w in sorted(self._step.items())},
             "answer_step_s": {b: r6(w.value) for b, w in sorted(self._answer_step.items())},
             "draft_step_s": {b: r6(w.value) for b, w in sorted(self._extra.items())},
+            "draft_step_s_per_1k_context": {b: r6(1e3 * w.per_token()) for b, w in sorted(self._extra.items())},
             "prefill_s": r6(self._prefill.value),
+            "prefill_s_per_1k_context": r6(1e3 * self._prefill.per_token()),
             "replayed_accept_by_fork_distance": {f"<{2 ** b}": r6(self._replay_accept(b)) for b in sorted(self._replay)},
         }
 
@@ -425,7 +495,7 @@ class DraftPolicy:
         if v.latest is not None and v.latest[2]:
             return Decision(False, "a draft is running")
         a_plain = self.a_plain()
-        per_step, source = self._draft_step_cost(b)
+        per_step, source = self._draft_step_cost(b, self._draft_context(v))
         if source is None or not source.startswith("measured"):
             return self._explore(v, b, a_plain, per_step, source)
         d = self._weigh(v, b, a_plain, per_step)
@@ -438,21 +508,29 @@ class DraftPolicy:
                                    f"{len(self._control)} of {CONTROL_WINDOW} control requests measured it", d.inputs)
         return d
 
-    def _draft_step_cost(self, b: int) -> Tuple[Optional[float], Optional[str]]:
-        """The extra seconds a draft adds to a reasoning step at batch bucket ``b``, and where the figure
-        comes from: ``"measured"`` (at ``b``, lately), ``"estimated from ..."`` (the nearest bucket measured
-        lately: a draft adds its rows to any batch), or (None, None) where no bucket was measured lately."""
+    def _draft_context(self, v: RequestView) -> Optional[float]:
+        """The mean context length over the life of a draft forked now (None: unknown): its input, plus
+        half of what it will write."""
+        if v.context_tokens <= 0:
+            return None
+        return v.context_tokens + 0.5 * min(v.draft_cap, self.answer_length())
+
+    def _draft_step_cost(self, b: int, context: Optional[float] = None) -> Tuple[Optional[float], Optional[str]]:
+        """The extra seconds a draft of mean context ``context`` adds to a reasoning step at batch bucket
+        ``b``, and where the figure comes from: ``"measured"`` (at ``b``, lately), ``"estimated from ..."``
+        (the nearest bucket measured lately: a draft adds its rows to any batch), or (None, None) where no
+        bucket was measured lately."""
         def fresh(k: int) -> bool:
             w = self._extra.get(k)
             return w is not None and w.n >= MIN_COST_SAMPLES and self._since_extra[k] <= STALE_STEPS
 
         if fresh(b):
-            return max(0.0, self._extra[b].value), "measured"
+            return max(0.0, self._extra[b].at(context)), "measured"
         near = sorted((abs(k - b), k) for k in self._extra if fresh(k))
         if not near:
             return None, None
         k = near[0][1]
-        return max(0.0, self._extra[k].value), f"estimated from batch size {2 ** (k - 1)}-{2 ** k - 1}"
+        return max(0.0, self._extra[k].at(context)), f"estimated from batch size {2 ** (k - 1)}-{2 ** k - 1}"
 
     def _weigh(self, v: RequestView, b: int, a_plain: float, per_step: float) -> Decision:
         """Saving against cost at a draft cost of ``per_step`` seconds per reasoning step (no side effects)."""
@@ -469,10 +547,11 @@ class DraftPolicy:
         new = self._values(r, v.reasoning_tokens_per_step, draft_len, a_new, a_plain, r, 0)
         saving = scale * float(new.mean())
         sharers = max(1, v.batch_size)
-        cost = sharers * (self._prefill.value + draft_len / max(a_new, 1e-6) * per_step)
+        prefill = max(0.0, self._prefill.at(v.context_tokens if v.context_tokens > 0 else None))
+        cost = sharers * (prefill + draft_len / max(a_new, 1e-6) * per_step)
         inputs = {"answer_tokens": answer, "step_s": t_answer, "a_plain": a_plain, "a_self": a_new,
-                  "saving_s": saving, "draft_step_s": per_step, "prefill_s": self._prefill.value,
-                  "sharers": sharers, "cost_s": cost}
+                  "saving_s": saving, "draft_step_s": per_step, "prefill_s": prefill,
+                  "sharers": sharers, "cost_s": cost, "context_tokens": v.context_tokens}
         if v.latest is None:
             return self._first(v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs)
         at, written, _ = v.latest
@@ -523,7 +602,7 @@ class DraftPolicy:
             succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_plain, r1, 0)
         pair = scale * float(np.maximum(new, succ).mean())
         pair_cost = cost + float(later.mean()) * inputs["sharers"] * (
-            self._prefill.value + draft_len / max(a_seeded, 1e-6) * per_step)
+            inputs["prefill_s"] + draft_len / max(a_seeded, 1e-6) * per_step)
         inputs.update(with_successor_saving_s=pair, with_successor_cost_s=pair_cost)
         if saving > cost:
             return Decision(True, "saving > cost", inputs)

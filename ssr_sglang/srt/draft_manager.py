@@ -356,7 +356,7 @@ class DraftManager:
             self._note_skip(st, "skipped: " + reason)
             logger.debug("SSR: no draft for %s: %s", req.rid, reason)
             return
-        decision = self._decide(scheduler, st)
+        decision = self._decide(scheduler, st, req)
         if decision["fork"] or st.cfg.policy != "fixed":
             st.note_decision(decision)
         if not decision["fork"]:
@@ -397,7 +397,7 @@ class DraftManager:
             return "constrained decoding"
         return ""
 
-    def _decide(self, scheduler, st: RequestSSR) -> dict:
+    def _decide(self, scheduler, st: RequestSSR, req=None) -> dict:
         """Does the request's policy ask for a draft now? The decision as kept in ``meta_info``.
 
         ``fixed``: a checkpoint of its schedule was passed. ``auto``: when the server's
@@ -421,15 +421,18 @@ class DraftManager:
         elif st.declined is not None and st.reasoning_len - st.declined[0] < REDECIDE_TOKENS:
             return {"at": st.reasoning_len, "fork": False, "reason": st.declined[1]}
         else:
-            decision = self.policy.decide(self._view(scheduler, st))
+            decision = self.policy.decide(self._view(scheduler, st, req))
             st.declined = (st.reasoning_len, decision.reason) if decision.fork is False else None
         fork = (due and not live) if decision.fork is None else decision.fork
         if decision.fork is None:
             decision.reason += "; fixed schedule: " + ("checkpoint passed" if due else "no checkpoint passed")
         return dict(decision.as_dict(st.reasoning_len), fork=fork)
 
-    def _view(self, scheduler, st: RequestSSR) -> RequestView:
+    def _view(self, scheduler, st: RequestSSR, req=None) -> RequestView:
+        """What the policy weighs for ``st`` (``req``: its SGLang request, for the context a draft forked now
+        would have: its prompt and output so far, plus the forced think end)."""
         last = st.drafts[-1] if st.drafts else None
+        context = len(req.origin_input_ids) + len(req.output_ids) + len(self.think.force) if req is not None else 0
         return RequestView(
             reasoning_tokens=st.reasoning_len,
             reasoning_tokens_per_step=st.reasoning_len / max(1, st.counters.reasoning_steps),
@@ -438,6 +441,7 @@ class DraftManager:
             draft_cap=st.cfg.draft_max_tokens,
             settled=st.settled,
             latest=(last.checkpoint, st.draft_written(last), not last.finished) if last is not None else None,
+            context_tokens=context,
         )
 
     def _fork(self, scheduler, req, st: RequestSSR, k: int) -> None:

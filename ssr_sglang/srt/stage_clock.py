@@ -70,25 +70,28 @@ class StageClock:
         loop = loop if loop is not None and loop <= 3 * seconds else None
         batch_states = [states.get(r.rid) for r in batch.reqs]
         if batch.forward_mode.is_decode():
-            self._decode(batch_states, seconds, loop)
+            self._decode(batch.reqs, batch_states, seconds, loop)
         else:
-            self._prefill(batch_states, states, seconds, loop)
+            self._prefill(batch.reqs, batch_states, states, seconds, loop)
 
-    def _decode(self, batch_states, seconds: float, loop: Optional[float]) -> None:
+    def _decode(self, reqs, batch_states, seconds: float, loop: Optional[float]) -> None:
         with_draft = {st.parent_rid for st in batch_states if st is not None and st.is_draft}
         drafts = sum(1 for st in batch_states if st is not None and st.is_draft)
         after_prefill, self._after_prefill = self._after_prefill, False
         after_draft, self._drafts = drafts < self._drafts, drafts
         if self.policy is not None and loop is not None:
             reasoning = all(st is not None and (st.is_draft or st.phase == REASONING) for st in batch_states)
-            self.policy.observe_step(len(batch_states) - drafts, drafts, loop, reasoning, after_prefill, after_draft)
+            # the drafts' mean context (tokens in their KV cache): a draft's decode re-reads all of it
+            context = _mean_context(reqs, batch_states, with_output=True)
+            self.policy.observe_step(len(batch_states) - drafts, drafts, loop, reasoning, after_prefill, after_draft,
+                                     draft_context=context)
         for st in batch_states:
             if st is not None and not st.is_draft:
                 st.note_step_time(seconds, st.rid in with_draft)
                 st.counters.verify_steps += 1
                 st.counters.verify_nodes += self.step_width
 
-    def _prefill(self, batch_states, states: Mapping, seconds: float, loop: Optional[float]) -> None:
+    def _prefill(self, reqs, batch_states, states: Mapping, seconds: float, loop: Optional[float]) -> None:
         self._after_prefill = True
         share = seconds / max(1, len(batch_states))
         drafts = 0
@@ -98,4 +101,13 @@ class StageClock:
                 parent.counters.draft_prefill_time_s += share
                 drafts += 1
         if self.policy is not None and loop is not None and drafts:
-            self.policy.observe_prefill(loop / max(1, len(batch_states)), drafts)
+            self.policy.observe_prefill(loop / max(1, len(batch_states)), drafts,
+                                        context=_mean_context(reqs, batch_states, with_output=False))
+
+
+def _mean_context(reqs, batch_states, with_output: bool) -> float:
+    """Mean context length of the drafts among ``reqs`` (their input, plus their output if
+    ``with_output``); 0 without drafts."""
+    lens = [len(r.origin_input_ids) + (len(r.output_ids) if with_output else 0)
+            for r, st in zip(reqs, batch_states) if st is not None and st.is_draft]
+    return sum(lens) / len(lens) if lens else 0.0

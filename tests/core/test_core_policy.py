@@ -363,3 +363,48 @@ def test_the_step_after_a_draft_leaves_is_no_sample_of_a_draft_free_step():
     assert abs(extra - 0.001) < 1e-9 and abs(step - STEP) < 1e-9
     extra, _ = measured(False)
     assert extra < 0.0
+
+
+def _measured_by_context(per_1k: float, prefill_per_1k: float = 0.0) -> DraftPolicy:
+    """A policy past its learning requests whose drafts cost ``per_1k`` seconds per reasoning step per 1000
+    tokens of their context (a draft's decode re-reads its whole KV cache) and whose forks' prefills cost
+    ``prefill_per_1k`` per 1000 tokens, both measured at contexts of 2k to 32k tokens."""
+    policy = DraftPolicy(max_accept=12)
+    for k in range(64):
+        context = (2000, 8000, 32000)[k % 3]
+        policy.observe_step(1, 0, STEP, True)
+        policy.observe_step(1, 1, STEP + 0.0001 * STEP + per_1k * context / 1000, True, draft_context=context)
+        policy.observe_prefill(0.001 + prefill_per_1k * context / 1000, context=context)
+    for R in range(60, 110, 10):
+        policy.observe_request(R, ANSWER, (ANSWER, 30), (ANSWER, 12), [(R - 10, ANSWER, 13)])
+    return policy
+
+
+def test_a_drafts_cost_is_priced_by_its_context_length():
+    """Issue 36: measured costs that grow with the drafts' context (2k to 32k tokens here) price a draft
+    forked at 32k above one forked at 2k: the same request forks at a short context and not at a long one."""
+    short = RequestView(50, 1.5, 1, False, 512, False, context_tokens=2000)
+    long_ = RequestView(50, 1.5, 1, False, 512, False, context_tokens=32000)
+    policy = _measured_by_context(0.02 * STEP)  # +2% of a step per 1000 tokens of context
+    s, l_ = policy.decide(short), policy.decide(long_)
+    assert s.inputs["draft_step_s"] < l_.inputs["draft_step_s"]
+    assert l_.inputs["draft_step_s"] == pytest.approx(0.02 * STEP * (32000 + 45) / 1000, rel=0.05)
+    assert s.fork is True and l_.fork is False, (s, l_)
+    assert policy.summary()["draft_step_s_per_1k_context"][1] == pytest.approx(0.02 * STEP, rel=0.05)
+    # the context unknown (0): the median of all samples, as before
+    assert policy.decide(RequestView(50, 1.5, 1, False, 512, False)).inputs["draft_step_s"] == pytest.approx(
+        0.0001 * STEP + 0.02 * STEP * 8, rel=0.05)
+
+
+def test_a_forks_prefill_is_priced_by_its_context_length():
+    """The fork's prefill (a pass that blocks the batch) priced at the fork's context, from samples that
+    carry theirs; a cost that does not grow with context prices every context alike."""
+    policy = _measured_by_context(0.0, prefill_per_1k=0.002)
+    at = lambda ctx: policy.decide(RequestView(50, 1.5, 1, False, 512, False, context_tokens=ctx))  # noqa: E731
+    assert at(2000).inputs["prefill_s"] == pytest.approx(0.005, rel=0.05)
+    assert at(32000).inputs["prefill_s"] == pytest.approx(0.065, rel=0.05)
+    assert at(32000).inputs["cost_s"] > at(2000).inputs["cost_s"] + 0.05
+    flat = _measured_by_context(0.0)
+    costs = {flat.decide(RequestView(50, 1.5, 1, False, 512, False, context_tokens=c)).inputs["draft_step_s"]
+             for c in (2000, 32000)}
+    assert len(costs) == 1

@@ -14,12 +14,16 @@ from ssr_sglang.srt.stage_clock import StageClock
 class _Policy:
     def __init__(self):
         self.calls = []
+        self.contexts = []  # the drafts' mean context each call reported
 
-    def observe_step(self, batch_size, drafts, seconds, reasoning, after_prefill=False, after_draft=False):
+    def observe_step(self, batch_size, drafts, seconds, reasoning, after_prefill=False, after_draft=False,
+                     draft_context=0.0):
         self.calls.append(("step", batch_size, drafts, after_prefill) + (("after draft",) if after_draft else ()))
+        self.contexts.append(draft_context)
 
-    def observe_prefill(self, seconds, drafts=1):
+    def observe_prefill(self, seconds, drafts=1, context=0.0):
         self.calls.append(("prefill", drafts))
+        self.contexts.append(context)
 
 
 def test_the_step_after_a_prefill_is_flagged_and_a_drafts_prefill_is_observed_once(monkeypatch):
@@ -31,8 +35,11 @@ def test_the_step_after_a_prefill_is_flagged_and_a_drafts_prefill_is_observed_on
     parent = NS(is_draft=False, rid="a", phase=REASONING, counters=counters(), note_step_time=lambda s, d: None)
     draft = NS(is_draft=True, rid="a#ssr-0000", parent_rid="a", phase=REASONING, counters=counters())
     states = {"a": parent, "a#ssr-0000": draft}
-    decode = lambda *rids: NS(reqs=[NS(rid=r) for r in rids], forward_mode=NS(is_decode=lambda: True))  # noqa: E731
-    prefill = lambda *rids: NS(reqs=[NS(rid=r) for r in rids], forward_mode=NS(is_decode=lambda: False))  # noqa: E731
+    # the client: 100 prompt tokens; the draft: 150 input tokens (prompt, reasoning, think end), 5 written
+    reqs = {"a": NS(rid="a", origin_input_ids=[0] * 100, output_ids=[0] * 50),
+            "a#ssr-0000": NS(rid="a#ssr-0000", origin_input_ids=[0] * 150, output_ids=[0] * 5)}
+    decode = lambda *rids: NS(reqs=[reqs[r] for r in rids], forward_mode=NS(is_decode=lambda: True))  # noqa: E731
+    prefill = lambda *rids: NS(reqs=[reqs[r] for r in rids], forward_mode=NS(is_decode=lambda: False))  # noqa: E731
 
     def step(batch, t):
         result = NS(copy_done=None)
@@ -52,3 +59,5 @@ def test_the_step_after_a_prefill_is_flagged_and_a_drafts_prefill_is_observed_on
                             ("step", 1, 1, True), ("step", 1, 1, False), ("step", 1, 0, False, "after draft"),
                             ("step", 1, 0, False)]
     assert abs(parent.counters.draft_prefill_time_s - 0.005) < 1e-9
+    # costs are priced by context (issue 36): a draft's prefill by its input, its steps by its whole KV
+    assert policy.contexts == [0.0, 0.0, 150.0, 155.0, 155.0, 0.0, 0.0]
