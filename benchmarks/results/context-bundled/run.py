@@ -1,6 +1,6 @@
 """ssr_context on in-server drafts: the bundled reasoning model, fixed schedule, 8 prompts, with and without."""
 import json, random, sys, time
-sys.path.insert(0, '/work/main')
+sys.path.insert(0, '.')
 from transformers import AutoTokenizer
 from ssr_sglang.models import bundled_model_path, tasks
 from ssr_sglang.testing.server import Server, cpu_server_args
@@ -33,4 +33,4 @@ summary["requests"] = len(res["on"])
 summary["date"] = time.strftime("%Y-%m-%d %H:%M")
 summary["command"] = "bundled model, SSR, --reasoning-parser qwen3, SSR_EVERY=16 SSR_MAX_DRAFTS=8 SSR_MAX_DRAFT_TOKENS=112, 8 prompts (seed 777) x 2 rounds, each with and without custom_params ssr_context, alternating, /flush_cache before every request"
 print(json.dumps(summary, indent=1))
-json.dump(summary, open('/work/main/benchmarks/results/context-bundled/results.json', 'w'), indent=1)
+json.dump(summary, open('benchmarks/results/context-bundled/results.json', 'w'), indent=1)
