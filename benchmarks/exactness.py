@@ -105,7 +105,9 @@ def main() -> None:
     print(json.dumps(report, indent=1))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "results.json").write_text(json.dumps(report, indent=1))
+        from bench_utils import portable  # paths relative to the repository, not this machine's
+
+        (Path(args.out) / "results.json").write_text(portable(json.dumps(report, indent=1)))
 
 
 if __name__ == "__main__":
