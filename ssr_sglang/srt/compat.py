@@ -30,6 +30,7 @@ HOOK_TARGETS = (
     f"{SCHED}.send_abort_output",
     f"{SCHED}.on_idle",
     "sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority",
+    "sglang.srt.managers.schedule_batch.ScheduleBatch._get_decode_retraction_order",
     "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController._add_speculative",
     f"{TOKENIZER}._create_tokenized_object",
     f"{TOKENIZER}.update_request_meta_info",

@@ -9,6 +9,8 @@ Scheduler process:
   SSR state and aborts its drafts; drafts aborted while queued send nothing to clients;
 * ``Scheduler.on_idle`` (around): drop SSR state whose request SGLang no longer holds;
 * ``SchedulePolicy.calc_priority`` (around): queued drafts go after every real request;
+* ``ScheduleBatch._get_decode_retraction_order`` (around): when SGLang must retract under KV pressure,
+  drafts are retracted before any real request;
 * ``SchedulerInternalStateController._add_speculative`` (after): ``/server_info`` totals.
 
 Tokenizer manager (HTTP) process:
@@ -46,6 +48,8 @@ def install() -> None:
     HookRegistry.register(f"{SCHED}.on_idle", _on_idle, HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority", _calc_priority,
                           HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.schedule_batch.ScheduleBatch._get_decode_retraction_order",
+                          _retraction_order, HookType.AROUND)
     HookRegistry.register(
         "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController._add_speculative",
         _add_speculative, HookType.AFTER,
@@ -106,6 +110,19 @@ def _calc_priority(original, self, waiting_queue, *args, **kwargs):
             waiting_queue[:] = [r for r, h in zip(waiting_queue, hidden) if not h] + \
                 [r for r, h in zip(waiting_queue, hidden) if h]
     return out
+
+
+def _retraction_order(original, reqs, *args, **kwargs):
+    """Drafts are retracted first: SGLang retracts from the end of this order (the least preferred to keep),
+    so the drafts go there, SGLang's own order kept within real requests and within drafts."""
+    order = original(reqs, *args, **kwargs)
+    m = _manager()
+    if m is None:
+        return order
+    hidden = [m.is_hidden(reqs[i].rid) for i in order]
+    if not any(hidden) or all(hidden):
+        return order
+    return [i for i, h in zip(order, hidden) if not h] + [i for i, h in zip(order, hidden) if h]
 
 
 def _send_abort_output(original, self, abort_req, req, *args, **kwargs):
