@@ -24,6 +24,10 @@ Constraints:
   ``/flush_cache``, anything else), at one set of rids per step.
 * An exception in SSR code never fails a batch: the request it belongs to is served as under NGRAM
   from then on (:meth:`disable`) and its drafts are aborted.
+* Real requests first: drafts queue after them, count (running or queued) against ``SSR_MAX_BATCH``, are
+  not forked into a busy KV pool, and are all aborted when a real request is left waiting or the pool
+  could not hold the running batch's next steps (:meth:`preempt_drafts`); should SGLang retract anyway,
+  drafts go first (:mod:`ssr_sglang.srt.hooks`).
 """
 
 from __future__ import annotations
