@@ -231,7 +231,7 @@ def test_bad_values_through_openai_extra_body(ssr_server):
     assert "ssr_every" in str(e.value)
     ok = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
                                         temperature=0, extra_body={"custom_params": {"ssr_checkpoints": [4]}})
-    assert ok.choices[0].message is not None
+    assert ok.choices[0].message.content and 1 <= ok.usage.completion_tokens <= 8, ok  # served, with the checkpoint
 
 
 def _stream_then_abort(server, body, after_chunks):
@@ -299,11 +299,4 @@ def test_server_info_totals(ssr_server, chat_prompts):
     assert info["active_requests"] == info["active_drafts"] == info["active_disabled"] == 0, info
     assert info["tree_checks"] > before["tree_checks"], info
 
-
-def test_engine_runs_ssr(tiny_llama):
-    from test_cpu_serving import run_engine
-
-    plain = run_engine(tiny_llama)
-    ssr = run_engine(tiny_llama, speculative_algorithm="SSR", speculative_num_draft_tokens=8)
-    assert ssr["output_ids"] == plain["output_ids"]
-    assert "ssr" in ssr["meta"]
+# The SSR Engine (sglang.Engine, not a server): tests/srt/test_cpu_serving.py, beside the plain and NGRAM ones.
