@@ -27,18 +27,10 @@ TEXT = "count the items then add"
 
 
 @pytest.fixture(scope="module")
-def refs(tiny_qwen3, chat_prompts):
-    """Plain decoding's greedy outputs (a plain server of its own, stopped before the SSR server starts:
-    one server at a time): 128 tokens of every chat prompt, and 48 of ``TEXT``."""
-    with start_server(tiny_qwen3, name="lifecycle-plain") as plain:
-        outs = [plain.generate(input_ids=p, max_new_tokens=128)["output_ids"] for p in chat_prompts]
-        text = plain.generate(text=TEXT, max_new_tokens=48)["output_ids"]
-    return outs, text
-
-
-@pytest.fixture(scope="module")
-def plain_outputs(refs):
-    return refs[0]
+def refs(plain_server, plain_outputs):
+    """Plain decoding's greedy outputs, from the session's plain server (the server this module once
+    started for itself had the same arguments): 128 tokens of every chat prompt, and 48 of ``TEXT``."""
+    return plain_outputs, plain_server.generate(text=TEXT, max_new_tokens=48)["output_ids"]
 
 
 @pytest.fixture(scope="module")

@@ -159,10 +159,25 @@ def ssr_samples(tiny_qwen3, prompt, draft, long_draft):
 
 
 @pytest.fixture(scope="module")
-def ngram_samples(tiny_qwen3, prompt, ssr_samples):  # after the SSR server: one speculative server at a time
+def ngram_run(tiny_qwen3, prompt, chat_prompts, ssr_samples):  # after the SSR server: one speculative server at a time
+    """One NGRAM server: first (fresh) the greedy outputs of 8 chat prompts, 128 tokens each; then the samples."""
     with start_server(tiny_qwen3, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8",
                       name="ngram-sampling") as s:
-        return {name: sample(s, prompt, N_NGRAM, st) for name, st in SETTINGS.items()}
+        greedy = [s.generate(input_ids=p, max_new_tokens=128) for p in chat_prompts[:8]]
+        return greedy, {name: sample(s, prompt, N_NGRAM, st) for name, st in SETTINGS.items()}
+
+
+@pytest.fixture(scope="module")
+def ngram_samples(ngram_run):
+    return ngram_run[1]
+
+
+def test_ngram_greedy_identical_to_plain(ngram_run, plain_outputs):
+    """NGRAM on the CPU engine: greedy outputs token-identical to plain decoding's, with drafts accepted."""
+    outs = ngram_run[0]
+    assert [o["output_ids"] for o in outs] == plain_outputs[:8]
+    accept = [o["meta_info"]["spec_accept_length"] for o in outs]
+    assert sum(accept) / len(accept) > 1.0, accept
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
