@@ -13,4 +13,4 @@ if [ "${1:-}" = "--fast" ]; then
 fi
 bash scripts/setup.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-exec .venv/bin/python -m pytest -q --durations=20 "${select[@]}" "$@"
+exec .venv/bin/python -m pytest -q --durations=20 ${select[@]+"${select[@]}"} "$@"  # (bash < 4.4: no empty-array error)
