@@ -15,7 +15,7 @@ CASES = [  # (extra env, extra args, what the error must name): real launches, o
     # one of each path to the launcher's error: a bad SSR_* value, a bad SSR flag, a refused deployment. The
     # other values and deployments take the same paths and are checked without a launch each: ENV_CASES
     # (SSR_MAX_KV_USAGE, ...) and UNSUPPORTED (--disaggregation-mode, SGLANG_RUST_SERVER, ...) below.
-    ({"SSR_EVERY": "abc"}, [], "SSR_EVERY"),
+    ({"SSR_EVERY": "abc", "SSR_MAX_BACH": "4"}, [], "SSR_EVERY"),  # the misspelt name is reported first
     ({}, ["--speculative-num-draft-tokens", "0"], "--speculative-num-draft-tokens"),
     ({}, ["--pp-size", "2"], "--pp-size"),
 ]
@@ -69,7 +69,7 @@ def _launch(model, env, args):
                            start_new_session=True)
     except subprocess.TimeoutExpired as e:
         return None, str(e.stdout or "")[-2000:]
-    return p.returncode, (p.stdout + p.stderr)[-4000:]
+    return p.returncode, p.stdout + p.stderr
 
 
 @pytest.mark.server  # real launches (each stops before a model loads)
@@ -81,6 +81,7 @@ def test_invalid_settings_fail_at_startup_naming_them(tiny_qwen3):
         if rc in (None, 0) or name not in out:
             failures.append((env, args, rc, out[-600:]))
     assert not failures, failures
+    assert "SSR_MAX_BACH (did you mean SSR_MAX_BATCH?)" in results[0][1], results[0][1][-2000:]
 
 
 # -- deployments SSR refuses, and servers it must leave alone -------------------------------------------
