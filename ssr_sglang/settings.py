@@ -126,6 +126,9 @@ SETTINGS: Dict[str, Setting] = {s.name: s for s in (
     _S("SSR_TEST_MODEL_DIR", "text", ".cache/test-models", "where the tiny test models are built", "test"),
     _S("SSR_GPU_STACK_FILE", "text", None, "benchmarks/gpu/sglang_check.py: the GPU stack description to "
        "record", "test"),
+    _S("SSR_TEST_GPU_BUNDLE", "bool", False, "run the opt-in GPU bundle test (downloads torch with CUDA "
+       "libraries; tests/benchmarks/test_gpu_bundle.py)", "test"),
+    _S("SSR_TEST_PY312", "text", "python3.12", "the Python 3.12 interpreter that test uses", "test"),
 )}
 
 

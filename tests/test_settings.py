@@ -29,17 +29,26 @@ def test_committed_reference_is_generated_from_the_registry():
         assert f"`{name}`" in doc
 
 
+MISSPELT = {"SSR_MAX_BACH", "SSR_ZZZ", "SSR_CHECKPOINT", "SSR_NOT_DECLARED"}  # on purpose, in tests
+
+
 def _package_sources():
     return [p for p in PACKAGE.rglob("*.py") if p.name != "settings.py"]
 
 
-def test_every_ssr_variable_named_in_the_package_is_declared():
+def _all_sources():
+    return _package_sources() + [p for d in ("benchmarks", "programs", "scripts", "tests")
+                                 for p in (ROOT / d).rglob("*.py")]
+
+
+def test_every_ssr_variable_named_anywhere_is_declared():
+    """The package, the benchmarks, the programs and the tests name no SSR_* variable the registry lacks."""
     named, identifiers = set(), set()
-    for path in _package_sources():
+    for path in _all_sources():
         text = path.read_text()
         named |= set(re.findall(r"[\"'](SSR_[A-Z0-9_]*[A-Z0-9])[\"']", text))
         identifiers |= set(re.findall(r"^(SSR_[A-Z0-9_]+) =", text, re.M))  # Python names in __all__, not variables
-    named -= identifiers
+    named -= identifiers | MISSPELT
     assert {"SSR_EVERY", "SSR_CPU_EXACT_VERIFY"} <= named, "the scan misses known names: the pattern is broken"
     assert sorted(named - set(SETTINGS)) == []
 
