@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import io
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -52,15 +53,71 @@ PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x8
              "manylinux_2_28_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64",
              "manylinux1_x86_64", "any"]
 
-# srt/models files kept: Qwen3 (dense), Qwen3.5 (hybrid) and what qwen3_5 imports; Llama for SmolLM2.
-MODEL_FILES = {"__init__.py", "registry.py", "utils.py", "qwen2.py", "qwen2_moe.py", "qwen3.py", "qwen3_moe.py",
-               "qwen3_5.py", "qwen3_5_mtp.py", "qwen3_vl.py", "qwen3_vl_moe.py", "qwen3_omni_moe.py",
-               "qwen3_asr.py", "llama.py"}
+# Architectures the checks serve (dense Qwen3, hybrid Qwen3.5 text, Llama for SmolLM2): their srt/models files
+# and the model files those import are kept (:func:`model_closure`); SGLang's registry skips absent ones.
+ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3_5ForCausalLM", "LlamaForCausalLM")
+MODEL_BASE = {"__init__.py", "registry.py", "utils.py"}
+# SGLang modules replaced by a stand-in: they import packages the bundle leaves out, for kernels that never
+# run on the H200 (``STANDINS`` maps the member to its replacement text).
+DUAL_GEMM_STANDIN = '''"""Stand-in written by ssr-sglang's GPU bundle (benchmarks/gpu/bundle.py).
+
+SGLang's CuTe-DSL dual GEMM is an SM100 (Blackwell) kernel and imports nvidia-cutlass-dsl, which the bundle
+leaves out. ``srt/layers/dual_gemm.py`` imports this module on every CUDA GPU but uses the kernel only when
+``can_use_dual_gemm`` says yes, which on other GPUs it never does; this stand-in always says no.
+"""
+from enum import IntEnum
+
+MAX_DUAL_GEMM_DECODE_TOKENS = 16
+
+
+class DualGemmQuantMode(IntEnum):
+    UNQUANT = 0
+    DYNAMIC_PER_TOKEN = 1
+    STATIC_PER_TENSOR = 2
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self is DualGemmQuantMode.DYNAMIC_PER_TOKEN
+
+
+def can_use_dual_gemm(*args, **kwargs) -> bool:
+    return False
+'''
+STANDINS = {"sglang/kernels/ops/gemm/cutedsl_dual_gemm.py": DUAL_GEMM_STANDIN}
+_ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|\w+)", re.M)
+_MODEL_IMPORT = re.compile(r"sglang\.srt\.models(?:\.(\w+)| import (\w+))")
+
+
+def model_closure(sources: dict) -> set:
+    """Names of the srt/models files that define :data:`ARCHITECTURES`, with the model files they import.
+
+    ``sources``: file name -> text of every ``sglang/srt/models/*.py``.
+
+    >>> sorted(model_closure({"qwen3.py": "EntryClass = Qwen3ForCausalLM\\nfrom sglang.srt.models.qwen2 import X",
+    ...                       "qwen2.py": "import torch", "gemma.py": "EntryClass = Gemma"}))
+    ['__init__.py', 'qwen2.py', 'qwen3.py', 'registry.py', 'utils.py']
+    """
+    def serves(text: str) -> bool:
+        entry = _ENTRY.search(text)
+        return bool(entry) and bool(set(re.findall(r"\w+", entry.group(1))) & set(ARCHITECTURES))
+
+    todo = [n for n, t in sources.items() if serves(t)]
+    keep = set(MODEL_BASE)
+    while todo:
+        name = todo.pop()
+        if name in keep and name not in MODEL_BASE or name not in sources:
+            continue
+        keep.add(name)
+        for m in _MODEL_IMPORT.finditer(sources[name]):
+            dep = (m.group(1) or m.group(2)) + ".py"
+            if dep not in keep:
+                todo.append(dep)
+    return keep
 DROP_DIRS = ("sglang/multimodal_gen/", "sglang/test/", "sglang/benchmark/", "sglang/srt/rust_extensions/")
 
 
-def keep_sglang(name: str) -> bool:
-    """Whether a path of the SGLang wheel goes into the bundle.
+def keep_sglang(name: str, models=frozenset({"qwen3.py"})) -> bool:
+    """Whether a path of the SGLang wheel goes into the bundle (``models``: the srt/models files kept).
 
     >>> [keep_sglang(p) for p in ("sglang/srt/models/qwen3.py", "sglang/srt/models/gemma.py",
     ...                           "sglang/kernels/jit/csrc/a.cuh", "sglang/srt/mem_cache/x.so",
@@ -70,7 +127,7 @@ def keep_sglang(name: str) -> bool:
     if name.endswith("/") or name.startswith(DROP_DIRS) or name.endswith((".so", ".md", ".pyi")):
         return False
     if name.startswith("sglang/srt/models/") and name.count("/") == 3:
-        return name.rsplit("/", 1)[1] in MODEL_FILES
+        return name.rsplit("/", 1)[1] in models
     if name.endswith(".json") and ("/configs/" in name or "/moe/" in name or "/quantization/" in name):
         return False
     return name.startswith(("sglang/", "sglang-0.5.23.dist-info/"))
@@ -113,14 +170,23 @@ def _wheel(dest: Path, spec: str) -> Path:
     return found[0]
 
 
+def sglang_keep(wheel: Path):
+    """:func:`keep_sglang` with the model files :func:`model_closure` finds in ``wheel``."""
+    with zipfile.ZipFile(wheel) as z:
+        sources = {n.rsplit("/", 1)[1]: z.read(n).decode("utf-8", "replace") for n in z.namelist()
+                   if n.startswith("sglang/srt/models/") and n.count("/") == 3 and n.endswith(".py")}
+    models = frozenset(model_closure(sources) | {n for n in sources if n.startswith("qwen")})
+    return lambda name: keep_sglang(name, models)
+
+
 def trimmed_tar(wheel: Path, keep, out: Path) -> dict:
-    """The kept members of ``wheel`` as an xz tarball; returns counts."""
+    """The kept members of ``wheel`` (stand-ins replacing :data:`STANDINS`) as an xz tarball; returns counts."""
     n = raw = 0
     with zipfile.ZipFile(wheel) as z, tarfile.open(out, "w:xz", preset=9) as tar:
         for info in z.infolist():
             if not keep(info.filename):
                 continue
-            data = z.read(info)
+            data = STANDINS[info.filename].encode() if info.filename in STANDINS else z.read(info)
             ti = tarfile.TarInfo(info.filename)
             ti.size, ti.mtime, ti.mode = len(data), 0, 0o755 if info.filename.endswith(".so") else 0o644
             tar.addfile(ti, io.BytesIO(data))
@@ -149,7 +215,8 @@ def build(out: Path = OUT, with_kernel: bool = True) -> dict:
         src = _wheel(DOWNLOADS / "wheels", spec)
         (wheels / src.name).write_bytes(src.read_bytes())
     download([SGLANG] + ([SGL_KERNEL] if with_kernel else []), DOWNLOADS / "big")
-    parts = {"sglang": trimmed_tar(_wheel(DOWNLOADS / "big", SGLANG), keep_sglang, out / "sglang.tar.xz")}
+    sglang_wheel = _wheel(DOWNLOADS / "big", SGLANG)
+    parts = {"sglang": trimmed_tar(sglang_wheel, sglang_keep(sglang_wheel), out / "sglang.tar.xz")}
     if with_kernel:
         parts["sgl_kernel"] = trimmed_tar(_wheel(DOWNLOADS / "big", SGL_KERNEL), keep_sgl_kernel,
                                           out / "sgl_kernel.tar.xz")

@@ -30,9 +30,7 @@ import json
 import os
 import random
 import shutil
-import statistics
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -50,13 +48,12 @@ HYBRID = ROOT / "ssr_sglang" / "models" / "tiny-hybrid-reasoner"
 QWEN3_8B_CONFIG = ROOT / "benchmarks" / "gpu" / "qwen3-8b-config.json"
 GPU_ENV = {"SGLANG_USE_CPU_ENGINE": "0", "OMP_NUM_THREADS": "4"}
 COMMON = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--dtype", "bfloat16",
-          "--skip-server-warmup", "--log-level", "warning", "--random-seed", "0"]
+          "--skip-server-warmup", "--log-level", "warning", "--random-seed", "0", "--sleep-on-idle"]
 # A fixed schedule that always drafts: forks at these reasoning lengths, each draft capped.
 SSR_FIXED = {"SSR_POLICY": "fixed", "SSR_CHECKPOINTS": "16,48,96", "SSR_MAX_DRAFT_TOKENS": "96"}
 
 RESULTS: dict = {}
 T0 = time.time()
-_start_lock = threading.Lock()
 
 
 def log(*a) -> None:
@@ -72,31 +69,38 @@ CPU_COMMON = ["--device", "cpu", "--dtype", "bfloat16", "--max-total-tokens", "8
               "--skip-server-warmup", "--log-level", "warning", "--random-seed", "0"]
 
 
-def gpu_free_gib() -> float:
-    if SMOKE:
-        return 100.0
-    import torch
+def start(name: str, model: Path, extra: list, env: dict, out: Path, max_tokens: int) -> Server:
+    """Start one server; many start at once, so each pool is capped (``--max-total-tokens``) and the static
+    fraction is high enough that the memory the others take while it profiles never leaves it short."""
+    common = CPU_COMMON if SMOKE else COMMON + ["--mem-fraction-static", "0.85"]
+    if SMOKE and "--cuda-graph-max-bs-decode" in extra:
+        i = extra.index("--cuda-graph-max-bs-decode")
+        extra = extra[:i] + extra[i + 2:]
+    args = ["--model-path", str(model), *common, "--max-total-tokens", str(max_tokens), *extra]
+    base_env = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"} if SMOKE else GPU_ENV
+    s = Server(args, env={**base_env, **env}, log_path=str(out / "logs" / f"{name}.log"), timeout=420)
+    t = time.time()
+    s.start()
+    log(f"server {name} up in {time.time() - t:.1f}s")
+    RESULTS.setdefault("server_start_s", {})[name] = round(time.time() - t, 1)
+    return s
 
-    free, _ = torch.cuda.mem_get_info()
-    return free / 2**30
 
+def start_all(specs: list, out: Path) -> tuple:
+    """Start every ``(name, model, extra, env, max_tokens)`` at once; returns (servers, start errors)."""
+    servers, errors = {}, {}
 
-def start(name: str, model: Path, extra: list, env: dict, out: Path, want_gib: float) -> Server:
-    """Start one server (one at a time): ``want_gib`` of the GPU's free memory for weights, KV and graphs."""
-    with _start_lock:
-        frac = 0.35 if SMOKE else min(0.9, max(0.01, want_gib / max(gpu_free_gib(), 1e-3)))
-        common = CPU_COMMON if SMOKE else COMMON
-        if SMOKE and "--cuda-graph-max-bs-decode" in extra:
-            i = extra.index("--cuda-graph-max-bs-decode")
-            extra = extra[:i] + extra[i + 2:]
-        args = ["--model-path", str(model), "--mem-fraction-static", f"{frac:.4f}", *common, *extra]
-        base_env = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"} if SMOKE else GPU_ENV
-        s = Server(args, env={**base_env, **env}, log_path=str(out / "logs" / f"{name}.log"), timeout=400)
-        t = time.time()
-        s.start()
-        log(f"server {name} up in {time.time() - t:.1f}s (mem fraction {frac:.3f})")
-        RESULTS.setdefault("server_start_s", {})[name] = round(time.time() - t, 1)
-        return s
+    def one(spec):
+        name = spec[0]
+        try:
+            servers[name] = start(*spec[:4], out, spec[4])
+        except Exception as e:
+            errors[name] = f"start failed: {str(e)[-2500:]}"
+            log(f"{name}: start failed: {str(e)[-1200:]}")
+
+    with cf.ThreadPoolExecutor(len(specs) or 1) as pool:
+        list(pool.map(one, specs))
+    return servers, errors
 
 
 def generate(s: Server, ids, max_new: int, temperature: float = 0.0, **extra) -> dict:
@@ -146,19 +150,22 @@ def exactness_workload(s: Server, prompts: list, max_new: int) -> dict:
 
 
 def exactness_configs() -> list:
-    """(name, model, extra args, env): plain first (the reference), overlap on (SGLang's CUDA default) and off."""
-    out = []
-    for mname, model in (("dense", DENSE), ("hybrid", HYBRID)):
-        for ov, ov_args in (("ov", []), ("noov", ["--disable-overlap-schedule"])):
-            if ov == "ov":  # the reference
-                out.append((f"{mname}-plain-{ov}", model, ov_args, {}))
-            out.append((f"{mname}-ngram-{ov}", model, ov_args + ["--speculative-algorithm", "NGRAM"], {}))
-            out.append((f"{mname}-ssrfixed-{ov}", model, ov_args + ["--speculative-algorithm", "SSR"], SSR_FIXED))
-    out.append(("dense-ssr-ov", DENSE, ["--speculative-algorithm", "SSR"], {}))
+    """(name, model, extra args, env): plain with overlap (SGLang's CUDA default) is the reference."""
+    ssr, ngram, noov = ["--speculative-algorithm", "SSR"], ["--speculative-algorithm", "NGRAM"], \
+        ["--disable-overlap-schedule"]
+    out = [("dense-plain-ov", DENSE, [], {}), ("dense-ngram-ov", DENSE, ngram, {}),
+           ("dense-ssrfixed-ov", DENSE, ssr, SSR_FIXED), ("dense-ssrfixed-noov", DENSE, ssr + noov, SSR_FIXED),
+           ("dense-ssr-ov", DENSE, ssr, {}),
+           ("hybrid-plain-ov", HYBRID, [], {}), ("hybrid-ssrfixed-ov", HYBRID, ssr, SSR_FIXED),
+           ("hybrid-ssrfixed-noov", HYBRID, ssr + noov, SSR_FIXED)]
     if SMOKE:  # CPU: overlap is off for speculative servers and hybrid needs other flags; a few configs
         out = [c for c in out if c[0] in ("dense-plain-ov", "dense-ssrfixed-noov")]
-        out = [(n.replace("-noov", "-ov"), m, a, e) for n, m, a, e in out]
     return out
+
+
+def exactness_specs() -> list:
+    return [(n, m, ["--cuda-graph-max-bs-decode", "16", "--max-running-requests", "16", *a], e, 65536)
+            for n, m, a, e in exactness_configs()]
 
 
 def compare(runs: dict) -> dict:
@@ -188,61 +195,47 @@ def compare(runs: dict) -> dict:
     return table
 
 
-def phase_exactness(out: Path, deadline: float) -> None:
+def phase_exactness(servers: dict, errors: dict, out: Path, deadline: float) -> None:
     prompts = {"dense": task_prompts(DENSE), "hybrid": task_prompts(HYBRID)}
-    runs, servers = {}, {}
-    futures = {}
-    with cf.ThreadPoolExecutor(12) as pool:
-        for name, model, extra, env in exactness_configs():
-            if time.time() > deadline:
-                runs[name] = {"error": "skipped: deadline"}
-                continue
-            try:
-                # SGLang reserves >= 10 GiB of activations on a large GPU for hybrid models
-                s = start(name, model, ["--cuda-graph-max-bs-decode", "16", "--max-running-requests", "16", *extra],
-                          env, out, want_gib=14.0 if model == HYBRID else 4.0)
-            except Exception as e:
-                runs[name] = {"error": f"start failed: {e}"}
-                log(f"{name}: start failed: {str(e)[-1500:]}")
-                continue
-            servers[name] = s
-            futures[name] = pool.submit(exactness_workload, s, prompts[name.split("-")[0]], 320)
+    runs = {n: {"error": e} for n, e in errors.items()}
+    with cf.ThreadPoolExecutor(16) as pool:
+        futures = {n: pool.submit(exactness_workload, s, prompts[n.split("-")[0]], 320)
+                   for n, s in servers.items() if n.startswith(("dense-", "hybrid-"))}
         for name, f in futures.items():
             try:
-                runs[name] = f.result(timeout=max(10.0, deadline + 60 - time.time()))
+                runs[name] = f.result(timeout=max(10.0, deadline - time.time()))
             except Exception as e:
                 runs[name] = {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()[-800:]}"}
                 log(f"{name}: workload failed: {e}")
     RESULTS["exactness"] = compare(runs)
     RESULTS["exactness_outputs"] = {k: {"b1": v.get("b1"), "ssr_state": v.get("ssr_state")} for k, v in runs.items()}
+    log("exactness: " + json.dumps(RESULTS["exactness"])[:3000])
     save(out)
-    try:
-        phase_sampled(servers.get("dense-plain-ov"), servers.get("dense-ssrfixed-ov"), prompts["dense"], out)
-    finally:
-        for s in servers.values():
-            s.stop()
+    phase_sampled(servers.get("dense-plain-ov"), servers.get("dense-ssrfixed-ov"), prompts["dense"], out)
 
 
 # ---------------------------------------------------------------- sampled
-def phase_sampled(plain: Server, ssr: Server, prompts: list, out: Path, k: int = 6) -> None:
+def phase_sampled(plain: Server, ssr: Server, prompts: list, out: Path, n_tasks: int = 4, k: int = 4) -> None:
     if plain is None or ssr is None:
         RESULTS["sampled"] = {"error": "servers missing"}
         return
-    res = {}
     greedy = RESULTS.get("exactness_outputs", {}).get("dense-plain-ov", {}).get("b1") or []
     sp = {"top_p": 0.95}
-    for name, s in (("plain", plain), ("ssr", ssr)):
+
+    def run(s: Server) -> dict:
         outs, err = [], None
         try:
-            for i, p in enumerate(prompts[:8]):
+            for i, p in enumerate(prompts[:n_tasks]):
                 outs.append([generate(s, p, 320, temperature=0.6, sampling=dict(sp, sampling_seed=1000 * i + j))
                              ["output_ids"] for j in range(k)])
         except Exception as e:
             err = f"{type(e).__name__}: {str(e)[:600]}"
-        alive = s.proc.poll() is None
-        res[name] = {"error": err, "server_alive": alive, "samples": outs,
-                     "identical_to_greedy": sum(o == greedy[i] for i, row in enumerate(outs) for o in row
-                                                if i < len(greedy)), "n": sum(len(r) for r in outs)}
+        return {"error": err, "server_alive": s.proc.poll() is None, "samples": outs,
+                "identical_to_greedy": sum(o == greedy[i] for i, row in enumerate(outs) for o in row
+                                           if i < len(greedy)), "n": sum(len(r) for r in outs)}
+
+    with cf.ThreadPoolExecutor(2) as pool:
+        res = dict(zip(("plain", "ssr"), pool.map(run, (plain, ssr))))
     if not res["plain"]["error"] and not res["ssr"]["error"]:
         tv = []
         for a, b in zip(res["plain"]["samples"], res["ssr"]["samples"]):
@@ -298,6 +291,12 @@ def cost_plain(s: Server, L: int, rng: random.Random, n: int = 64) -> dict:
     return row
 
 
+def _draft_row(o: dict, total: float, prefill: float, n: int, **flags) -> dict:
+    steps = max(1, o["meta_info"].get("spec_verify_ct", n))
+    return {**flags, "total_s": round(total, 4), "verify_steps": steps,
+            "tokens_per_step": round((n + 1) / steps, 3), "step_ms": round(1000 * (total - prefill) / steps, 3)}
+
+
 def cost_spec(s: Server, L: int, rng: random.Random, plain: Server, n: int = 64, think: bool = False) -> dict:
     """Step time and accepted tokens per step: no draft (n-gram proposals), and (SSR) a client draft equal to
     plain's output; with ``think`` the prompt opens a think block so SSR's schedule forks drafts."""
@@ -317,69 +316,65 @@ def cost_spec(s: Server, L: int, rng: random.Random, plain: Server, n: int = 64,
         t = time.perf_counter()
         oq = generate(s, q, n + 1, sampling={"ignore_eos": True, "custom_params": {"ssr_draft": ref}})
         tq = time.perf_counter() - t
-        mq = oq["meta_info"]
-        row["client_draft"] = {"identical_to_plain": oq["output_ids"] == ref, "total_s": round(tq, 4),
-                               "verify_steps": mq.get("spec_verify_ct"),
-                               "tokens_per_step": round((n + 1) / max(1, mq.get("spec_verify_ct", n)), 3),
-                               "step_ms": round(1000 * (tq - t1) / max(1, mq.get("spec_verify_ct", n)), 3)}
+        row["client_draft"] = _draft_row(oq, tq, t1, n, identical_to_plain=oq["output_ids"] == ref)
+        if oq["output_ids"] != ref:  # dummy weights are full of near-ties: draft with SSR's own output too
+            t = time.perf_counter()
+            own = generate(s, q, n + 1, sampling={"ignore_eos": True, "custom_params": {"ssr_draft": oq["output_ids"]}})
+            row["client_draft_own"] = _draft_row(own, time.perf_counter() - t, t1, n,
+                                                 identical_to_first=own["output_ids"] == oq["output_ids"])
     return row
 
 
 DUMMY_THINK_HEAD: tuple = ()
 
 
-def phase_cost(out: Path, deadline: float, contexts=(2048, 8192, 32768)) -> None:
+def cost_specs() -> list:
+    model = dummy_model_dir()
+    extra = ["--load-format", "dummy", "--context-length", "1024" if SMOKE else "40960",
+             "--cuda-graph-max-bs-decode", "8", "--max-running-requests", "8"]
+    small = SMOKE
+    return [("q8b-plain", model, extra, {}, 8192 if small else 200_000),
+            ("q8b-ngram", model, extra + ["--speculative-algorithm", "NGRAM"], {}, 8192 if small else 60_000),
+            ("q8b-ssr", model, extra + ["--speculative-algorithm", "SSR"],
+             {"SSR_POLICY": "fixed", "SSR_EVERY": "16", "SSR_MAX_DRAFTS": "4", "SSR_MAX_DRAFT_TOKENS": "64"},
+             8192 if small else 80_000)]
+
+
+def phase_cost(servers: dict, errors: dict, out: Path, deadline: float) -> None:
+    """One server measured at a time (the others idle), contexts in increasing order."""
     global DUMMY_THINK_HEAD
     from transformers import AutoTokenizer
 
+    contexts = (200,) if SMOKE else (2048, 8192, 32768)
     model = dummy_model_dir()
-    if SMOKE:
-        shutil.copy(DENSE / "config.json", model / "config.json")
-        contexts = (200,)
     DUMMY_THINK_HEAD = tuple(AutoTokenizer.from_pretrained(str(model))(
         tasks.format_chat("Think."), add_special_tokens=False).input_ids)
-    extra = ["--load-format", "dummy", "--context-length", "1024" if SMOKE else "40960",
-             "--cuda-graph-max-bs-decode", "8", "--max-running-requests", "8"]
-    res = RESULTS.setdefault("cost", {"model": "Qwen3-8B shapes, dummy weights", "contexts": list(contexts)})
-    servers = {}
-    try:
-        servers["plain"] = start("q8b-plain", model, extra, {}, out, want_gib=16.5 + 30)
-        servers["ngram"] = start("q8b-ngram", model, extra + ["--speculative-algorithm", "NGRAM"], {}, out,
-                                 want_gib=16.5 + 10)
-        servers["ssr"] = start("q8b-ssr", model, extra + ["--speculative-algorithm", "SSR"],
-                               {"SSR_POLICY": "fixed", "SSR_EVERY": "16", "SSR_MAX_DRAFTS": "4",
-                                "SSR_MAX_DRAFT_TOKENS": "64"}, out, want_gib=16.5 + 12)
-    except Exception as e:
-        res["error"] = f"start failed: {str(e)[-1500:]}"
-        log(res["error"])
+    res = RESULTS.setdefault("cost", {"model": "Qwen3-8B shapes, dummy weights", "contexts": list(contexts),
+                                      "errors": {n: e for n, e in errors.items() if n.startswith("q8b")}})
+    s = {k.split("-", 1)[1]: v for k, v in servers.items() if k.startswith("q8b-")}
     rng = random.Random(7)
-    try:
-        for L in contexts:
-            if time.time() > deadline:
-                res.setdefault("skipped", []).append(L)
+    for L in contexts:
+        if time.time() > deadline:
+            res.setdefault("skipped", []).append(L)
+            continue
+        row = {}
+        for name, fn in (("plain", lambda x: cost_plain(x, L, rng)),
+                         ("ngram", lambda x: cost_spec(x, L, rng, None)),
+                         ("ngram_think", lambda x: cost_spec(x, L, rng, None, think=True)),
+                         ("ssr", lambda x: cost_spec(x, L, rng, s.get("plain"))),
+                         ("ssr_think", lambda x: cost_spec(x, L, rng, None, think=True))):
+            srv = s.get(name.split("_")[0])
+            if srv is None or time.time() > deadline:
                 continue
-            row = {}
-            for name, fn in (("plain", lambda s: cost_plain(s, L, rng)),
-                             ("ngram", lambda s: cost_spec(s, L, rng, None)),
-                             ("ngram_think", lambda s: cost_spec(s, L, rng, None, think=True)),
-                             ("ssr", lambda s: cost_spec(s, L, rng, servers.get("plain"))),
-                             ("ssr_think", lambda s: cost_spec(s, L, rng, None, think=True))):
-                s = servers.get(name.split("_")[0])
-                if s is None:
-                    continue
-                try:
-                    row[name] = fn(s)
-                except Exception as e:
-                    row[name] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
-            res[str(L)] = row
-            log(f"cost L={L}: {json.dumps(row)[:600]}")
-            save(out)
-        res["ssr_state"] = ssr_state(servers["ssr"]) if "ssr" in servers else None
-        res["ngram_state"] = ssr_state(servers["ngram"]) if "ngram" in servers else None
-    finally:
-        for s in servers.values():
-            s.stop()
+            try:
+                row[name] = fn(srv)
+            except Exception as e:
+                row[name] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+        res[str(L)] = row
+        log(f"cost L={L}: {json.dumps(row)[:800]}")
         save(out)
+    res["ssr_state"] = ssr_state(s["ssr"]) if "ssr" in s else None
+    save(out)
 
 
 def main(argv=None) -> int:
@@ -396,18 +391,30 @@ def main(argv=None) -> int:
     stack = Path(os.environ.get("SSR_GPU_STACK_FILE", "/nonexistent"))
     if stack.exists():
         RESULTS["stack"] = json.loads(stack.read_text())
-    end = T0 + args.deadline_s
     phases = args.phases.split(",")
-    for name in phases:
-        budget = {"exactness": 0.58, "cost": 1.0}.get(name, 1.0)
-        deadline = T0 + budget * args.deadline_s if name != phases[-1] else end - 30
-        log(f"phase {name} (until +{deadline - T0:.0f}s)")
-        try:
-            {"exactness": phase_exactness, "cost": phase_cost}[name](args.out, deadline)
-        except Exception as e:
-            RESULTS[f"{name}_error"] = traceback.format_exc()[-2000:]
-            log(f"phase {name} failed: {e}")
-        save(args.out)
+    specs = (exactness_specs() if "exactness" in phases else []) + (cost_specs() if "cost" in phases else [])
+    log(f"starting {len(specs)} servers at once")
+    servers, errors = start_all(specs, args.out)
+    RESULTS["start_errors"] = {n: e[-600:] for n, e in errors.items()}
+    save(args.out)
+    try:
+        if "exactness" in phases:
+            try:
+                phase_exactness(servers, errors, args.out, T0 + 0.6 * args.deadline_s)
+            except Exception as e:
+                RESULTS["exactness_error"] = traceback.format_exc()[-2000:]
+                log(f"phase exactness failed: {e}")
+            for n in [n for n in servers if not n.startswith("q8b")]:
+                servers.pop(n).stop()
+        if "cost" in phases:
+            try:
+                phase_cost(servers, errors, args.out, T0 + args.deadline_s - 20)
+            except Exception as e:
+                RESULTS["cost_error"] = traceback.format_exc()[-2000:]
+                log(f"phase cost failed: {e}")
+    finally:
+        for srv in servers.values():
+            srv.stop()
     RESULTS["elapsed_s"] = round(time.time() - T0, 1)
     save(args.out)
     print(json.dumps({k: RESULTS.get(k) for k in ("exactness", "sampled")}, indent=1, default=str)[:6000])
