@@ -59,7 +59,7 @@ def test_no_module_but_the_registry_reads_the_ssr_environment():
     assert offenders == []
 
 
-def test_defaults_are_the_configs_defaults():
+def test_defaults_are_the_configs_defaults_and_unchanged():
     from ssr_sglang.srt.config import _REQUEST_KEYS, RequestConfig, ServerConfig, server_config_from_env
 
     assert server_config_from_env({}) == ServerConfig()
@@ -69,6 +69,22 @@ def test_defaults_are_the_configs_defaults():
         assert SETTINGS[var].default == getattr(request, field), var
     declared = {s.request_key for s in SETTINGS.values() if s.request_key}
     assert declared == set(_REQUEST_KEYS)
+    # the defaults before the registry (2026-12-04), pinned
+    assert request == RequestConfig(enabled=True, policy="auto", checkpoints=(500,), every=None, max_drafts=None,
+                                    thinking_budget=None, fractions=None, draft_max_tokens=512, use_prefix=True,
+                                    use_suffix=True, context=False)
+    assert ServerConfig() == ServerConfig(request, "ngram", 0.85, None, "auto", None, None, None)
+    others = {n: settings.get(n, {}) for n in ("SSR_TP_CONSENSUS_EVERY", "SSR_CPU_EXACT_VERIFY", "SSR_CPU_SPEC_SAMPLING",
+                                                "SSR_SGLANG_CPU_SHIM", "SSR_TEST_FAULTS", "SSR_TEST_MODEL_DIR")}
+    assert others == {"SSR_TP_CONSENSUS_EVERY": 1, "SSR_CPU_EXACT_VERIFY": False, "SSR_CPU_SPEC_SAMPLING": True,
+                      "SSR_SGLANG_CPU_SHIM": True, "SSR_TEST_FAULTS": frozenset(),
+                      "SSR_TEST_MODEL_DIR": ".cache/test-models"}
+
+
+def test_cli_prints_the_reference(capsys):
+    assert settings.main(["--markdown"]) == 0
+    assert capsys.readouterr().out == settings.markdown()
+    assert settings.main([]) == 2
 
 
 @pytest.mark.parametrize("name", [n for n, s in SETTINGS.items() if s.kind in BAD])

@@ -36,21 +36,26 @@ def default_max_batch(device: str) -> int:
 MAX_CLIENT_DRAFTS = 16
 
 
+def _default(var: str) -> Any:
+    """The declared default of ``var`` (:data:`ssr_sglang.settings.SETTINGS`): defaults live there only."""
+    return settings.SETTINGS[var].default
+
+
 @dataclasses.dataclass(frozen=True)
 class RequestConfig:
-    """What SSR does for one request."""
+    """What SSR does for one request (defaults: the ``SSR_*`` variables' declared ones)."""
 
-    enabled: bool = True
-    policy: str = "auto"  # auto | fixed
-    checkpoints: Optional[tuple] = (500,)
-    every: Optional[int] = None
-    max_drafts: Optional[int] = None
-    thinking_budget: Optional[int] = None
-    fractions: Optional[tuple] = None
-    draft_max_tokens: int = 512
-    use_prefix: bool = True
-    use_suffix: bool = True
-    context: bool = False  # the prompt and the reasoning as reference sources (opt-in)
+    enabled: bool = _default("SSR_ENABLED")
+    policy: str = _default("SSR_POLICY")  # auto | fixed
+    checkpoints: Optional[tuple] = _default("SSR_CHECKPOINTS")
+    every: Optional[int] = _default("SSR_EVERY")
+    max_drafts: Optional[int] = _default("SSR_MAX_DRAFTS")
+    thinking_budget: Optional[int] = _default("SSR_THINKING_BUDGET")
+    fractions: Optional[tuple] = _default("SSR_FRACTIONS")
+    draft_max_tokens: int = _default("SSR_MAX_DRAFT_TOKENS")
+    use_prefix: bool = _default("SSR_PREFIX")
+    use_suffix: bool = _default("SSR_SUFFIX")
+    context: bool = _default("SSR_CONTEXT")  # the prompt and the reasoning as reference sources (opt-in)
 
     def schedule(self) -> BudgetSchedule:
         return BudgetSchedule(
@@ -69,13 +74,13 @@ class ServerConfig:
     the scheduler-side code takes its settings from here."""
 
     defaults: RequestConfig = RequestConfig()
-    reasoning_fallback: str = "ngram"
-    max_kv_usage: float = 0.85
-    max_batch: Optional[int] = None  # None: default_max_batch(device)
-    verify_width: str = "auto"  # auto | full | adaptive (narrowing on CPU only)
-    think_start: Optional[str] = None  # explicit think markers (both or neither), used by think_ids.from_config
-    think_end: Optional[str] = None
-    force_answer_text: Optional[str] = None  # appended to a draft's input; must contain the think end
+    reasoning_fallback: str = _default("SSR_REASONING_FALLBACK")
+    max_kv_usage: float = _default("SSR_MAX_KV_USAGE")
+    max_batch: Optional[int] = _default("SSR_MAX_BATCH")  # None: default_max_batch(device)
+    verify_width: str = _default("SSR_VERIFY_WIDTH")  # auto | full | adaptive (narrowing on CPU only)
+    think_start: Optional[str] = _default("SSR_THINK_START")  # explicit think markers (both or neither)
+    think_end: Optional[str] = _default("SSR_THINK_END")
+    force_answer_text: Optional[str] = _default("SSR_FORCE_ANSWER_TEXT")  # must contain the think end
 
 
 # custom_params key -> RequestConfig field, and the env variable of the same knob.
