@@ -141,10 +141,10 @@ def _fail(s: Setting, raw: str, want: str) -> SSRConfigError:
 
 
 def _in_range(s: Setting, raw: str, v):
-    if (s.low is not None and v < s.low) or (s.high is not None and v > s.high) or v != v:
-        lo = "" if s.low is None else f">= {s.low}"
-        hi = "" if s.high is None else f"<= {s.high}"
-        raise _fail(s, raw, f"a number {' and '.join(x for x in (lo, hi) if x)}")
+    if (s.low is not None and v < s.low) or (s.high is not None and v > s.high) or v != v:  # v != v: NaN
+        bounds = [f">= {s.low:g}"] if s.low is not None else []
+        bounds += [f"<= {s.high:g}"] if s.high is not None else []
+        raise _fail(s, raw, f"{'an integer' if s.kind == 'int' else 'a number'} {' and '.join(bounds)}")
     return v
 
 
