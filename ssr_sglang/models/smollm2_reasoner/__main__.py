@@ -75,6 +75,7 @@ def main(argv=None) -> int:
     b.add_argument("--out", default=None)
     d = sub.add_parser("distill")
     d.add_argument("out")
+    d.add_argument("rest", nargs=argparse.REMAINDER, help="--code-limit N --word-problems N")
     t = sub.add_parser("train")
     t.add_argument("data", nargs="?", default=str(HERE / "distill.jsonl"))
     t.add_argument("adapter", nargs="?", default=str(HERE / "adapter.safetensors"))
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
     if args.cmd == "distill":
         from ssr_sglang.models.smollm2_reasoner import distill
 
-        return distill.main([args.out])
+        return distill.main([args.out, *args.rest])
     if args.cmd == "train":
         return _train(args)
     if args.cmd == "eval":

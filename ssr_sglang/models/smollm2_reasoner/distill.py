@@ -92,7 +92,8 @@ def _teacher_question(task: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", help="JSONL file to write (appended to: an interrupted run resumes)")
-    p.add_argument("--word-problems", type=int, default=120)
+    p.add_argument("--code-limit", type=int, default=None, help="only the first N training HumanEval problems")
+    p.add_argument("--word-problems", type=int, default=80)
     args = p.parse_args(argv)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -104,12 +105,17 @@ def main(argv=None) -> int:
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16).eval()
     out = Path(args.out)
-    distill_code(model, tok, data.code_tasks("train"), out)
+    distill_code(model, tok, data.code_tasks("train")[:args.code_limit], out)
+    append_word_problems(out, args.word_problems)
+    return 0
+
+
+def append_word_problems(out: Path, n: int) -> None:
+    """Append the first ``n`` training word problems (written-out reasoning and answer) to ``out``."""
     with open(out, "a") as f:
-        for t in data.word_tasks("train", args.word_problems):
+        for t in data.word_tasks("train", n):
             f.write(json.dumps({"id": t["id"], "messages": t["messages"], "reasoning": t["reasoning"],
                                 "answer": t["answer"], "usable": True}) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

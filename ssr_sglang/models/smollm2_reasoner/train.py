@@ -59,7 +59,7 @@ def load_rows(path: Path) -> list:
     return [{**r, "answer": a} for r in rows if (a := usable_answer(r)) is not None]
 
 
-def train(data_path: Path, out_path: Path, epochs: int = 1, lr: float = 1e-3, accum: int = 2, r: int = 8,
+def train(data_path: Path, out_path: Path, epochs: int = 2, lr: float = 1e-3, accum: int = 2, r: int = 8,
           alpha: float = 16.0, seed: int = 0, max_len: int = 640, first_layer: int = 18) -> dict:
     """Train and save the adapter to ``out_path``; returns ``{"steps", "loss_first", "loss_last", "seconds"}``."""
     import torch

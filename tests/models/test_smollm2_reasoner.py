@@ -1,0 +1,85 @@
+"""The SmolLM2 reasoner: its data split, its word problems, its adapter checks, and (slow) that the
+built model closes its think block on held-out prompts."""
+
+import json
+import random
+
+import pytest
+
+from ssr_sglang.models.smollm2_reasoner import data, distill, word_problems
+from ssr_sglang.models.smollm2_reasoner.build import ADAPTER, BuildError, check_adapter, sha256
+
+
+def test_code_split_is_disjoint_and_complete():
+    train = {t["id"] for t in data.code_tasks("train")}
+    held = {t["id"] for t in data.code_tasks("heldout")}
+    assert not train & held and len(train | held) == 164 and len(held) == 55
+
+
+def test_committed_data_has_no_held_out_prompt():
+    held = {t["id"] for t in data.code_tasks("heldout")} | {t["id"] for t in data.word_tasks("heldout", 1000)}
+    rows = [json.loads(l) for l in (ADAPTER.parent / "distill.jsonl").read_text().splitlines() if l.strip()]
+    assert rows and not {r["id"] for r in rows} & held
+
+
+def test_word_problem_is_seeded_and_consistent():
+    a, b = word_problems.make_problem(random.Random(5)), word_problems.make_problem(random.Random(5))
+    assert a == b
+    for s in range(200):
+        p = word_problems.make_problem(random.Random(s))
+        assert p["final"] >= 0 and word_problems.parse_answer(p["answer"]) == p["final"]
+        assert f"= {p['final']} dollars" in p["reasoning"]
+
+
+def test_clean_reasoning_drops_code_repeats_and_cut_line():
+    text = "1. Take the list.\n2. Sum it.\n2. Sum it.\nSo the code is:\n```python\nx\n```"
+    assert distill.clean_reasoning(text, True) == distill.TEACHER_LEAD + "1. Take the list.\n2. Sum it."
+    assert distill.clean_reasoning("First line.\nSecond li", False) == distill.TEACHER_LEAD + "First line."
+
+
+def test_corrupt_or_missing_adapter_is_one_clear_error(tmp_path):
+    bad = tmp_path / "adapter.safetensors"
+    bad.write_bytes(ADAPTER.read_bytes()[:1000])
+    with pytest.raises(BuildError, match="corrupt"):
+        check_adapter(bad, tmp_path / "none.json")
+    (tmp_path / "m.json").write_text(json.dumps({"sha256": "0" * 64}))
+    with pytest.raises(BuildError, match="corrupt"):
+        check_adapter(ADAPTER, tmp_path / "m.json")
+    with pytest.raises(BuildError, match="missing"):
+        check_adapter(tmp_path / "absent.safetensors", tmp_path / "none.json")
+
+
+def test_committed_adapter_matches_its_manifest():
+    manifest = json.loads(ADAPTER.with_suffix(".json").read_text())
+    assert sha256(ADAPTER) == manifest["sha256"]
+    assert len(check_adapter()) > 0
+
+
+@pytest.mark.slow
+def test_built_reasoner_closes_its_think_block_on_held_out_prompts():
+    """Greedy, transformers on CPU: 4 held-out code and 4 word problems; each closes ``</think>`` within
+    512 reasoning tokens (the full evaluation, ``python -m ssr_sglang.models.smollm2_reasoner eval``, has
+    the rate over 40 prompts)."""
+    from ssr_sglang.models.smollm2_reasoner import evaluate
+    from ssr_sglang.models.smollm2_reasoner.build import cached_reasoner
+
+    rows = evaluate.run(cached_reasoner(), evaluate.held_out_tasks(4, 4), reasoner=True, batch=8, answer_budget=64)
+    assert sum(r["closed"] for r in rows) >= 7, [r["output"][:300] for r in rows if not r["closed"]]
+
+
+def test_main_job_reasoner_tasks_alternate_and_skip_warmup():
+    from ssr_sglang.main_job import reasoner_tasks
+
+    class Tok:
+        def apply_chat_template(self, messages, **kw):
+            return messages[0]["content"]
+
+        def __call__(self, text, **kw):
+            return type("E", (), {"input_ids": [len(text)]})()
+
+    timed, warm = reasoner_tasks(Tok(), 6, skip=4), reasoner_tasks(Tok(), 4, skip=0)
+    assert [t["id"].split("/")[0] for t in timed] == ["HumanEval", "word"] * 3
+    assert not {t["id"] for t in timed} & {t["id"] for t in warm}
+    word = next(t for t in timed if t["id"].startswith("word"))
+    final = data.word_tasks("heldout", 10)[int(word["id"].split("/")[1]) - data.HELD_OUT_SEED0]["final"]
+    assert word["score"](f"Answer: {final}") and not word["score"]("Answer: -1")
