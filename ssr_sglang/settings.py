@@ -106,6 +106,8 @@ SETTINGS: Dict[str, Setting] = {s.name: s for s in (
     _S("SSR_THINK_END", "text", None, "think-end marker (with SSR_THINK_START)", "server"),
     _S("SSR_FORCE_ANSWER_TEXT", "text", None, "text appended to make a draft answer now; must contain the "
        "think end", "server"),
+    _S("SSR_GREEDY_ONLY", "bool", False, "CUDA without flashinfer: serve greedy requests only (sampled ones get "
+       "HTTP 400) instead of refusing to start (ssr_sglang.srt.spec.check_cuda_kernels)", "server"),
     _S("SSR_TP_CONSENSUS_EVERY", "int", 1, "tensor parallelism: compare the ranks' SSR decisions every N "
        "scheduler steps (0: never)", "server", low=0),
     # -- CPU engine (ssr_sglang.cpu) --

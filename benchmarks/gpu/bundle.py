@@ -175,7 +175,9 @@ def sglang_keep(wheel: Path):
     with zipfile.ZipFile(wheel) as z:
         sources = {n.rsplit("/", 1)[1]: z.read(n).decode("utf-8", "replace") for n in z.namelist()
                    if n.startswith("sglang/srt/models/") and n.count("/") == 3 and n.endswith(".py")}
-    models = frozenset(model_closure(sources) | {n for n in sources if n.startswith("qwen")})
+    # every model file: SGLang reaches some from its runtime (the CUDA graph runner imports DeepSeek-V4
+    # attention, which imports models/deepseek_v2), so a closure over the served models is not enough
+    models = frozenset(sources)
     return lambda name: keep_sglang(name, models)
 
 

@@ -220,6 +220,10 @@ def _create_tokenized_object(original, self, obj, *args, **kwargs):
         bad = next((t for t in tokenized.input_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise ValueError(f"input_ids must be token ids in [0, {vocab}), got {bad}")
+    if _serves_ssr(self):
+        from ssr_sglang.srt.spec import check_request_sampling
+
+        check_request_sampling(getattr(tokenized, "sampling_params", None), getattr(self.server_args, "device", "cpu"))
     params = getattr(getattr(tokenized, "sampling_params", None), "custom_params", None)
     if params and _serves_ssr(self):
         from ssr_sglang.srt.config import validate_custom_params

@@ -61,6 +61,7 @@ class SSRSpecAlgo(CustomSpecAlgo):
         if sa.device not in ("cuda", "cpu", "xpu"):
             raise ValueError(f"--speculative-algorithm SSR supports --device cuda, cpu or xpu, not {sa.device!r}")
         refuse_unsupported(sa)
+        check_cuda_kernels(sa.device)
         changed = {}
         # Overlap scheduling stays where SGLang keeps it for NGRAM (off on CPU: _handle_ngram), unless a
         # test forces it on.
@@ -131,3 +132,46 @@ def refuse_unsupported(sa) -> None:
         raise ValueError("--speculative-algorithm SSR does not support SGLang's Rust server "
                          "(environment variable SGLANG_RUST_SERVER=1): its egress refuses the per-request "
                          "meta_info['ssr']; unset SGLANG_RUST_SERVER")
+
+
+# What SGLang 0.5.23 verifies a sampled (temperature > 0) request's token tree with on CUDA
+# (speculative/eagle_utils.eagle_sample): both come from flashinfer (the second is SGLang's JIT kernel, built
+# against flashinfer's headers). Without them the first sampled request kills the scheduler (measured on an
+# H200 without flashinfer, benchmarks/results/gpu-h200-1204).
+SAMPLED_VERIFY_KERNELS = ("flashinfer.sampling.top_k_renorm_probs", "tree_speculative_sampling_target_only")
+
+
+def check_cuda_kernels(device: str, has_module=None) -> None:
+    """On CUDA, refuse to start unless sampled requests can be verified, naming the kernels and the flag.
+
+    ``has_module(name)`` (default: ``importlib.util.find_spec``) says whether a package is importable.
+    With ``SSR_GREEDY_ONLY=1`` the server starts all the same and sampled requests get a 400
+    (:func:`check_request_sampling`)."""
+    import importlib.util
+
+    from ssr_sglang import settings
+
+    if str(device).split(":")[0] != "cuda" or settings.get("SSR_GREEDY_ONLY"):
+        return
+    has = has_module or (lambda name: importlib.util.find_spec(name) is not None)
+    if not has("flashinfer"):
+        raise ValueError(
+            "--speculative-algorithm SSR on CUDA verifies sampled requests with "
+            f"{' and '.join(SAMPLED_VERIFY_KERNELS)}, which need flashinfer, and flashinfer is not installed: "
+            "install flashinfer-python, or set SSR_GREEDY_ONLY=1 to serve greedy requests only "
+            "(sampled requests then get HTTP 400)")
+
+
+def check_request_sampling(sampling_params, device: str) -> None:
+    """With ``SSR_GREEDY_ONLY=1`` on CUDA, a sampled request is refused (a ``ValueError``: HTTP 400).
+
+    Greedy is temperature 0, which SGLang normalizes to ``top_k == 1``."""
+    from ssr_sglang import settings
+
+    if sampling_params is None or str(device).split(":")[0] != "cuda" or not settings.get("SSR_GREEDY_ONLY"):
+        return
+    temperature = getattr(sampling_params, "temperature", 0.0) or 0.0
+    if getattr(sampling_params, "top_k", None) == 1 or temperature < 1e-6:
+        return
+    raise ValueError(f"sampling_params.temperature must be 0 on this server (SSR_GREEDY_ONLY=1: no flashinfer to "
+                     f"verify sampled requests), got {temperature}")
