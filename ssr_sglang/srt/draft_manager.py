@@ -282,7 +282,7 @@ class DraftManager:
         meta = None
         if st is not None:
             try:
-                meta = st.finish(req.output_ids)
+                meta = st.finish(_through_stop(req))
             except Exception as e:  # noqa: BLE001 - never fail the output stream
                 self.disable(req.rid, f"final accounting failed: {e!r}", e)
                 reason = self.disabled.get(req.rid, reason)
@@ -526,7 +526,7 @@ class DraftManager:
         if st.is_draft:
             self._draft_ended(st, req)
             return
-        st.finish(req.output_ids)  # usually done already, when the final output was streamed
+        st.finish(_through_stop(req))  # usually done already, when the final output was streamed
         for b in st.drafts:
             if b.cancelled and b.rid in self.requests:  # closed at finish, not yet aborted
                 _abort(scheduler, b.rid)
@@ -632,3 +632,9 @@ class DraftManager:
 
         if get_observability().enable_metrics:
             export_prometheus(self.totals, {"tp_rank": str(get_parallel().tp_rank)})
+
+
+def _through_stop(req) -> list:
+    """The output SGLang returns: a verify step may accept tokens past a stop or ``max_new_tokens``, which
+    SGLang keeps in ``req.output_ids`` but leaves out of the output and of ``completion_tokens``."""
+    return getattr(req, "output_ids_through_stop", req.output_ids)
