@@ -369,3 +369,14 @@ _print_lock = threading.Lock()
 def log(*a) -> None:
     with _print_lock:
         print(*a, flush=True)
+
+
+def add_dataset_args(p) -> None:
+    """The dataset options ``latency.py`` and ``load.py`` share (``--dataset``, ``--data-root``, ``--prompts``,
+    ``--answer-prefix``)."""
+    p.add_argument("--dataset", default="bundled",
+                   help="bundled | humaneval | classeval | humaneval-think | classeval-think | longproc:<task> | "
+                        "jsonl (with --prompts)")
+    p.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
+    p.add_argument("--prompts", default=None, help=JSONL_HELP)
+    p.add_argument("--answer-prefix", default=None, help=ANSWER_PREFIX_HELP)

@@ -50,12 +50,7 @@ SERVER_OF = {"plain": "plain", "ngram": "ngram"}  # every other variant runs on 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="bundled",
-                   help="bundled | humaneval | classeval | humaneval-think | classeval-think | longproc:<task> | "
-                        "jsonl (with --prompts)")
-    p.add_argument("--data-root", default=None, help=bu.DATA_ROOT_HELP)
-    p.add_argument("--prompts", default=None, help=bu.JSONL_HELP)
-    p.add_argument("--answer-prefix", default=None, help=bu.ANSWER_PREFIX_HELP)
+    bu.add_dataset_args(p)
     p.add_argument("--n", type=int, default=8, help="number of prompts (the first n of the dataset)")
     p.add_argument("--warmup", type=int, default=8,
                    help="prompts after the first n that every server serves first, not timed (an SSR server's "

@@ -44,12 +44,7 @@ import bench_utils as bu  # noqa: E402
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="bundled",
-                   help="bundled | humaneval | classeval | humaneval-think | classeval-think | longproc:<task> | "
-                        "jsonl (with --prompts)")
-    p.add_argument("--data-root", default=None, help=bu.DATA_ROOT_HELP)
-    p.add_argument("--prompts", default=None, help=bu.JSONL_HELP)
-    p.add_argument("--answer-prefix", default=None, help=bu.ANSWER_PREFIX_HELP)
+    bu.add_dataset_args(p)
     p.add_argument("--seed", type=int, default=1234, help="bundled task seed (held out from training)")
     p.add_argument("--model-path", default=None, help="default: the bundled tiny reasoning model")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])

@@ -4,8 +4,9 @@ whole bundle installed offline into an environment holding only the GPU machine'
 The opt-in test (``SSR_TEST_GPU_BUNDLE=1``; it downloads torch 2.11 with its CUDA libraries, several GB)
 needs a Python 3.12 interpreter (``SSR_TEST_PY312``, default ``python3.12``): it builds the bundle, creates
 a fresh virtual environment with the GPU machine's torch/triton/transformers versions, installs the bundle
-there with ``--no-index``, and imports SGLang's whole server path and the plugin with CUDA faked on, as
-``benchmarks/gpu/run_check.sh`` lays it out on the device.
+there with ``--no-index``, imports SGLang's whole server path and the plugin with CUDA faked on, as
+``benchmarks/gpu/run_check.sh`` lays it out on the device, and serves one request from an SSR server started
+from that install on this machine's CPU engine. Last run here 2026-12-04 (Python 3.12.1, torch 2.11.0).
 """
 
 from __future__ import annotations
@@ -131,3 +132,50 @@ def test_bundle_installs_offline_and_imports_the_server_path(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "server path imports" in out.stdout
+    _serve_ssr_on_cpu(env_dir, site, tmp_path)
+
+
+def _serve_ssr_on_cpu(env_dir: Path, site: Path, tmp_path: Path) -> None:
+    """An SSR server on this machine's CPU engine from the same install (the bundle's CUDA ``sgl_kernel``
+    left out: the plugin's CPU stand-ins serve, loaded by a ``sitecustomize`` since a ``--target`` install
+    runs no ``.pth``), answering one task of the bundled model."""
+    import requests
+
+    from ssr_sglang.models import tasks
+    from ssr_sglang.testing.server import free_port
+
+    shutil.rmtree(site / "sgl_kernel")
+    (site / "sitecustomize.py").write_text("import ssr_sglang.cpu.bootstrap\n")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": f"{site}:{ROOT}", "SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1",
+           "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
+    args = [str(env_dir / "bin" / "python"), "-m", "sglang.launch_server", "--model-path",
+            str(ROOT / "ssr_sglang" / "models" / "tiny-reasoner"), "--device", "cpu", "--dtype", "bfloat16",
+            "--max-total-tokens", "8192", "--mem-fraction-static", "0.35", "--sleep-on-idle",
+            "--skip-server-warmup", "--speculative-algorithm", "SSR", "--port", str(port)]
+    with open(tmp_path / "server.log", "w") as log:
+        proc = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                if requests.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            import time
+
+            time.sleep(1)
+        import random
+
+        prompt = tasks.format_chat(str(tasks.make_example(random.Random(5))["prompt"]))
+        out = requests.post(url + "/generate", json={"text": prompt, "sampling_params": {
+            "max_new_tokens": 300, "temperature": 0}}, timeout=600).json()
+        assert out["meta_info"]["ssr"]["answer_tokens"] > 0 and "```" in out["text"], out
+    finally:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
