@@ -9,7 +9,7 @@ for in the plain run) are reported.
         [--client-drafts [--draft-edit rename]] [--dataset classeval] [--context]
         [--num-draft-tokens 8] [--out DIR]
 
-``--exact`` starts both servers with ``SSR_CPU_EXACT_VERIFY=1`` (see README, Guarantees); only then
+``--exact`` starts both servers with ``SSR_CPU_EXACT_VERIFY=1`` (see docs/correctness.md); only then
 are concurrent prompts expected to match too. ``--client-drafts`` (SSR) gives each prompt plain's
 output with every 40th token changed as its ``ssr_draft``, so that draft proposals (prefix and
 suffix) are verified, not only n-gram ones; with ``--draft-edit rename`` the draft is plain's output

@@ -5,7 +5,7 @@ starts with ``spawn`` (scheduler, detokenizer) before any plugin code runs. So t
 every interpreter start, and does almost nothing unless ``SGLANG_USE_CPU_ENGINE=1``:
 
 * it sets ``OMP_NUM_THREADS=1`` and ``SGLANG_CPU_OMP_THREADS_BIND=0`` unless the user set them
-  (the figure behind that default is in the README, "Using it"); the bind default is for
+  (the figure behind that default is in docs/cpu.md); the bind default is for
   one rank, and a server with more ranks (``--tp-size``/``--dp-size``) widens it to one core group per
   rank in each rank's process (:mod:`ssr_sglang.cpu.parallel`);
 * it installs an import finder that, when ``sgl_kernel`` is imported and the real package fails to

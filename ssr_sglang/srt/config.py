@@ -27,8 +27,7 @@ def default_max_batch(device: str) -> int:
 
     Drafts decode in the same batches as real requests. A GPU decode step is memory-bound, so a few
     more sequences cost little; a CPU pays for every one, so there drafts stop at a small batch. The
-    figures behind the values are ``benchmarks/load.py --side-by-side``'s (README, "Drafting overhead
-    and load").
+    figures behind the values are ``benchmarks/load.py --side-by-side``'s (docs/benchmarks.md).
     """
     return 4 if str(device).split(":")[0] == "cpu" else 32
 

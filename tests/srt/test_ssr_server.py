@@ -168,7 +168,7 @@ def test_per_request_disable(ssr_server, chat_prompts, plain_outputs):
     ({"min_new_tokens": 4}, "min_new_tokens"), ({"logit_bias": {"5": 2.0}}, "logit_bias"),
 ])
 def test_sampling_speculation_cannot_keep_exact_is_served_as_ngram(ssr_server, chat_prompts, sampling, field):
-    """Penalties, min_p, min_new_tokens and logit_bias: no drafts, the reason in meta_info (README, Guarantees).
+    """Penalties, min_p, min_new_tokens and logit_bias: no drafts, the reason in meta_info (docs/correctness.md).
     Sampled, a reasoning may end before the first checkpoint (no draft was due): up to 4 tries for one that
     reasons past it, each refused."""
     for _ in range(4):
