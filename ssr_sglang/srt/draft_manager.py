@@ -17,6 +17,11 @@ Constraints:
   ``handle_generate_request`` after the parent's KV is published to the radix cache; its rid is
   :func:`~ssr_sglang.srt.scheduler_view.draft_rid`, so SGLang's rid-prefix abort reaches it. Drafts
   never reach clients, are capped in length, and are aborted when their parent ends.
+* A constrained request (regex, JSON schema, EBNF, structural tag, tool call) whose grammar SGLang holds back
+  until its think end (``--reasoning-parser``, ``require_reasoning``) gets drafts under the same grammar: the
+  draft is forced with the think end only and its grammar applies from its first token, so it writes what the
+  request's answer may be; SGLang's grammar-aware verify never accepts a token the grammar forbids
+  (:func:`grammar_refusal` says when a constrained request gets no drafts).
 * Every way SGLang ends a request leaves no state here and no draft running: ``process_batch_result``
   (finished, aborted while running) and ``send_abort_output`` (aborted while queued, KV-exhaustion
   retraction, priority eviction, rejection) are settled at once; :meth:`reconcile` drops, every step
@@ -101,9 +106,42 @@ def inexact_sampling(sp, custom_logit_processor=None) -> str:
     return ""
 
 
+GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+
+def constrained(sp) -> bool:
+    """Does a request with sampling parameters ``sp`` decode under a grammar (JSON schema, regex, EBNF,
+    structural tag; tool calls and ``response_format`` arrive as one of these)?"""
+    return any(getattr(sp, f, None) is not None for f in GRAMMAR_FIELDS)
+
+
+def grammar_refusal(req, think_end) -> str:
+    """Why a draft of the constrained request ``req`` could not decode under its grammar as ``req`` will
+    ("" when it can, and for an unconstrained request). A draft decodes ``prompt + reasoning + think end``
+    under the same grammar applied from its first token, which is ``req``'s answer only when ``req``'s
+    grammar is held back until its reasoning ends at the same think end (SGLang's reasoner grammar, set up
+    by ``--reasoning-parser`` and ``require_reasoning``, which the chat API sets)."""
+    sp = getattr(req, "sampling_params", None)
+    if sp is None or not constrained(sp):
+        return ""
+    if getattr(sp, "ebnf_full_assistant", False):
+        return "constrained decoding: the EBNF covers the whole assistant message, reasoning included"
+    g = getattr(req, "grammar", None)
+    if g is None or getattr(g, "reasoning_in_grammar", False):
+        return "constrained decoding: the grammar covers the reasoning"
+    if getattr(g, "tokens_in_think", -1) < 0:
+        return ("constrained decoding: the grammar applies from the first output token (no --reasoning-parser, "
+                "or require_reasoning off)")
+    if list(getattr(g, "think_end_ids", ())) != list(think_end):
+        return "constrained decoding: the grammar waits for another think end than SSR's"
+    return ""
+
+
 def _draft_request(rid: str, req, input_ids, max_new: int):
     """The hidden request ``input_ids`` (prompt + reasoning + forced think end) with ``req``'s sampling,
-    at most ``max_new`` tokens, never streamed; the fields are checked by :mod:`ssr_sglang.srt.compat`."""
+    at most ``max_new`` tokens, never streamed; the fields are checked by :mod:`ssr_sglang.srt.compat`.
+    A constrained request's grammar comes along (the sampling parameters hold it) and, ``require_reasoning``
+    being off, applies from the draft's first token: right after its think end, as in ``req``."""
     from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
 
     params = msgspec.structs.replace(req.sampling_params, max_new_tokens=max_new, custom_params=None)
@@ -113,6 +151,16 @@ def _draft_request(rid: str, req, input_ids, max_new: int):
         top_logprobs_num=0, token_ids_logprob=None, stream=False, lora_id=req.lora_id,
         extra_key=req.extra_key,
     )
+
+
+def _queued(scheduler, rid: str):
+    """The Req ``rid`` just handed to the scheduler: in its waiting queue or, while its grammar compiles
+    (a cache miss), in the grammar queue; None when it was rejected at admission."""
+    req = next((r for r in reversed(scheduler.waiting_queue) if r.rid == rid), None)
+    grammar = getattr(scheduler, "grammar_manager", None)
+    if req is None and grammar is not None:
+        req = next((r for r in reversed(grammar.grammar_queue) if r.rid == rid), None)
+    return req
 
 
 def _abort(scheduler, rid: str) -> None:
@@ -168,7 +216,8 @@ class DraftManager:
             cfg, drafts = RequestConfig(enabled=False), []
             self.disable(req.rid, refused)
         tail = req.origin_input_ids_unpadded[-PROMPT_TAIL:]
-        st = RequestSSR(req.rid, cfg, self.think, tail, self.num_nodes, prompt=req.origin_input_ids_unpadded)
+        st = RequestSSR(req.rid, cfg, self.think, tail, self.num_nodes, prompt=req.origin_input_ids_unpadded,
+                        constrained=constrained(req.sampling_params))
         if drafts and cfg.enabled:
             for d in drafts:
                 st.add_client_draft(d)
@@ -397,9 +446,7 @@ class DraftManager:
         pressure = self._kv_pressure(scheduler)  # a draft forked now would be preempted at once
         if pressure:
             return pressure
-        if getattr(req, "grammar", None) is not None:
-            return "constrained decoding"
-        return ""
+        return grammar_refusal(req, self.think.end)
 
     def _decide(self, scheduler, st: RequestSSR, req=None) -> dict:
         """Does the request's policy ask for a draft now? The decision as kept in ``meta_info``.
@@ -453,7 +500,7 @@ class DraftManager:
         skipped. The new draft replaces any older one still running (whose tokens stay indexed)."""
         input_ids = array("q", req.origin_input_ids)
         input_ids.extend(req.output_ids)
-        input_ids.extend(self.think.force)
+        input_ids.extend(st.force)
         cap = st.cfg.draft_max_tokens if self.policy is None or st.cfg.policy == "fixed" \
             else self.policy.draft_cap(st.cfg.draft_max_tokens)
         max_new = min(cap, scheduler.max_req_input_len - len(input_ids))
@@ -481,7 +528,7 @@ class DraftManager:
         branch = st.add_draft(rid, checkpoint=st.reasoning_len, seeded=bool(seeds))
         self._add_draft_state(rid, st, seeds)
         scheduler.handle_generate_request(obj)
-        branch.req = next((r for r in reversed(scheduler.waiting_queue) if r.rid == rid), None)
+        branch.req = _queued(scheduler, rid)
         if branch.req is None:  # rejected at admission (too long, ...): the abort output was suppressed
             branch.finished = True
             self.drop(rid)
@@ -493,7 +540,8 @@ class DraftManager:
 
     def _add_draft_state(self, rid: str, parent: RequestSSR, seeds) -> RequestSSR:
         faults.hit("fork", parent.rid)
-        st = RequestSSR(rid, parent.cfg, self.think, (), self.num_nodes, is_draft=True, parent_rid=parent.rid)
+        st = RequestSSR(rid, parent.cfg, self.think, (), self.num_nodes, is_draft=True, parent_rid=parent.rid,
+                        constrained=parent.constrained)
         for toks in seeds:  # iterative SSR: earlier drafts propose tokens for this one
             st.add_client_draft(toks)
         self.requests[rid] = st

@@ -66,9 +66,13 @@ class RequestSSR:
 
     def __init__(self, rid: str, cfg: RequestConfig, ids: ThinkIds, prompt_tail: Sequence[int],
                  num_nodes: int, is_draft: bool = False, parent_rid: Optional[str] = None,
-                 prompt: Sequence[int] = ()):
+                 prompt: Sequence[int] = (), constrained: bool = False):
         self.rid = rid
         self.cfg = cfg
+        # Grammar-constrained (regex, JSON schema, EBNF, structural tag): the grammar starts right after the
+        # think end, so a draft is forced with the think end only and its answer starts there too (no tail).
+        self.constrained = constrained
+        self.force_tail: List[int] = [] if constrained else list(ids.force_tail)
         self.is_draft = is_draft
         self.parent_rid = parent_rid
         self.schedule = cfg.schedule() if cfg.enabled and not is_draft else None
@@ -172,6 +176,13 @@ class RequestSSR:
 
     # -- drafts ---------------------------------------------------------
     @property
+    def force(self) -> List[int]:
+        """What a draft's input ends with: the text that closes the reasoning, cut after the think end when
+        the request is constrained (its grammar starts right after the think end, the draft's too)."""
+        f = self._ids.force
+        return list(f[:len(f) - len(self._ids.force_tail)]) if self.constrained else list(f)
+
+    @property
     def proposer(self) -> DraftProposer:
         if self._proposer is None:
             self._proposer = DraftProposer(ProposerConfig(
@@ -182,7 +193,7 @@ class RequestSSR:
         return self._proposer
 
     def add_draft(self, rid: str, checkpoint: int, seeded: bool = False) -> DraftBranch:
-        draft_id = self.proposer.add_draft(list(self._ids.force_tail))
+        draft_id = self.proposer.add_draft(list(self.force_tail))
         branch = DraftBranch(rid=rid, draft_id=draft_id, checkpoint=checkpoint, seeded=seeded)
         self.drafts.append(branch)
         return branch
@@ -232,7 +243,7 @@ class RequestSSR:
         """Every draft's answer as it stands now (newly generated tokens pulled first), oldest first:
         the seeds of the next draft."""
         self.pull_drafts()
-        tail = len(self._ids.force_tail)
+        tail = len(self.force_tail)
         return [toks for toks in (self.proposer.draft_tokens(b.draft_id)[tail:] for b in self.drafts) if toks]
 
     @property
@@ -258,7 +269,7 @@ class RequestSSR:
         if not self.drafts or not answer:
             return []
         self.pull_drafts()
-        tail = len(self._ids.force_tail)
+        tail = len(self.force_tail)
         cfg = ProposerConfig(max_tokens=max(1, self._num_nodes - 1))
         out = []
         for b in {id(x): x for x in (self.drafts[0], self.drafts[-1])}.values():
