@@ -156,6 +156,8 @@ def run_side_by_side(args, model, tasks_, warmup, out_dir: Path) -> dict:
             k = i % len(methods)
             for m in methods[k:] + methods[:k]:
                 results[m][i] = run_one(servers[m].url, tasks_[i]["input_ids"], args.max_new_tokens, flush=True)
+            # kept as it goes: a server lost late in a long run (e.g. to the OOM killer) leaves the tasks before it
+            (out_dir / "results-partial.json").write_text(json.dumps(results))
     return results
 
 

@@ -53,16 +53,18 @@ def _eval(args) -> int:
     from ssr_sglang.testing.smollm2 import cached_smollm2
 
     torch.set_num_threads(args.threads)
-    tasks = evaluate.held_out_tasks(args.n_code, args.n_word)
+    tasks = evaluate.held_out_tasks(args.n_code, args.n_word, args.offset)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {}
     for name, folder, reasoner in (("reasoner", cached_reasoner(), True), ("base", cached_smollm2(), False)):
-        if name == "base" and args.skip_base:
+        if (name == "base" and args.skip_base) or (name == "reasoner" and args.skip_reasoner):
             continue
-        rows = evaluate.run(folder, tasks, reasoner)
-        result[name] = {"summary": evaluate.summary(rows), "rows": rows}
-        (out / "eval.json").write_text(json.dumps(result, indent=1))
+        def save(rows, name=name):
+            result[name] = {"summary": evaluate.summary(rows), "rows": rows}
+            (out / "eval.json").write_text(json.dumps(result, indent=1))
+
+        save(evaluate.run(folder, tasks, reasoner, progress=save))
         print(name, json.dumps(result[name]["summary"]))
     return 0
 
@@ -87,6 +89,9 @@ def main(argv=None) -> int:
     e.add_argument("--out", default="benchmarks/results/smollm2-reasoner-eval")
     e.add_argument("--threads", type=int, default=1)
     e.add_argument("--skip-base", action="store_true")
+    e.add_argument("--skip-reasoner", action="store_true")
+    e.add_argument("--offset", type=int, default=0, help="skip the first N held-out prompts of each kind (the main "
+                                                         "job's --warmup: its timed tasks start there)")
     args = p.parse_args(argv)
     if args.cmd == "distill":
         from ssr_sglang.models.smollm2_reasoner import distill

@@ -56,14 +56,16 @@ def split_output(text: str, tok) -> tuple:
     return True, len(tok(reasoning, add_special_tokens=False).input_ids), answer
 
 
-def held_out_tasks(n_code: int, n_word: int) -> list:
+def held_out_tasks(n_code: int, n_word: int, offset: int = 0) -> list:
+    """Held-out code problems ``offset .. offset + n_code`` and word problems likewise."""
     from ssr_sglang.models.smollm2_reasoner import data
 
-    return data.code_tasks("heldout")[:n_code] + data.word_tasks("heldout", n_word)
+    return data.code_tasks("heldout")[offset:offset + n_code] + data.word_tasks("heldout", offset + n_word)[offset:]
 
 
-def run(model_dir, tasks: list, reasoner: bool, batch: int = 10, answer_budget: int = 320) -> list:
-    """Greedy outputs of the model in ``model_dir`` (transformers, float32 on CPU) with their metrics."""
+def run(model_dir, tasks: list, reasoner: bool, batch: int = 10, answer_budget: int = 320, progress=None) -> list:
+    """Greedy outputs of the model in ``model_dir`` (transformers, float32 on CPU) with their metrics;
+    ``progress(rows)`` is called after each batch (to save partial results)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -85,6 +87,8 @@ def run(model_dir, tasks: list, reasoner: bool, batch: int = 10, answer_budget: 
             rows.append({"id": t["id"], "closed": closed, "reasoning_tokens": n_reason, "finished": finished,
                          "correct": score(t, answer), "output": out})
         print(f"{len(rows)}/{len(tasks)}", flush=True)
+        if progress:
+            progress(rows)
     return rows
 
 
