@@ -153,7 +153,11 @@ def test_ssr_to_the_context_limit(tiny_qwen3, prompts, refs):
                  if phase == "alone" and job[3] and job[3].get("ssr_draft") == refs["answer-3"]]
         assert len(right) == 1, len(right)
         meta = right[0]["meta_info"]["ssr"]
-        assert meta["accepted_prefix"] >= len(refs["answer-3"]) - 12, meta
+        # every verify step takes its bonus token from the target; all else came from the draft, but for the
+        # one token a step near the limit may lose (at most 12 nodes a step: as few steps as can be)
+        steps = meta["answer_verify_steps"]
+        assert steps <= -(-len(refs["answer-3"]) // 11), str(meta)
+        assert meta["accepted_prefix"] >= len(refs["answer-3"]) - steps - 2, str(meta)
         info = s.server_info()["internal_states"][0]["ssr"]
         assert (info["active_requests"], info["active_drafts"], info["active_disabled"]) == (0, 0, 0), info
         assert gen(s, prompts["reasoning-0"])["output_ids"] == refs["reasoning-0"]
