@@ -29,6 +29,9 @@ def register() -> None:
         from ssr_sglang.cpu import gdn_ops
 
         gdn_ops.install()  # hybrid Gated DeltaNet models: the gated RMSNorm's CPU op
+        from ssr_sglang.cpu import grammar_ops
+
+        grammar_ops.install()  # reasoner grammars without an inner grammar (--enable-strict-thinking) on CPU
     _register_algorithm()
     from ssr_sglang.srt import hooks, sglang_fixes
 
