@@ -307,6 +307,15 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _portable(path: str) -> str:
+    """``path`` relative to the checkout when it lies inside it, so results name no machine's folders."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return path
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.device == "cpu":
@@ -341,7 +350,7 @@ def main(argv=None) -> int:
     table = markdown(summary, len(tasks_))
     stamp = time.strftime("%Y-%m-%d")
     cmd = "python -m ssr_sglang.main_job " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    (out_dir / "results.json").write_text(json.dumps({"date": stamp, "command": cmd, "model": model,
+    (out_dir / "results.json").write_text(json.dumps({"date": stamp, "command": cmd, "model": _portable(model),
                                                       "task_ids": [t.get("id") for t in tasks_],
                                                       "summary": summary, "results": results}, indent=1))
     vs = versus_line(summary)

