@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Set up (idempotent) and run the tests; the slowest 20 are listed at the end.
-#   bash scripts/test.sh           everything, end-to-end tests against real SGLang servers included (CI: .ci/run)
+#   bash scripts/test.sh           everything, end-to-end tests against real SGLang servers included (CI: .ci/run),
+#                                  two test files at a time
 #   bash scripts/test.sh --fast    the inner loop: units and properties, no SGLang server and nothing marked slow
 #                                  (pytest -m "not server and not slow"; a few minutes)
 # Further arguments go to pytest (a path, -k, -x, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-select=()
+# The full run spreads test files over two pytest-xdist workers (one file's tests, and so its module-scoped
+# servers, stay on one worker); pass -n 0 to run them one at a time.
+select=(-n 2 --dist loadfile)
 if [ "${1:-}" = "--fast" ]; then
   shift
   select=(-m "not server and not slow")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 
 from ssr_sglang import settings
@@ -123,8 +124,19 @@ def cached_tiny_model(arch: str = "qwen3", root: str | os.PathLike | None = None
     root = Path(root or settings.get("SSR_TEST_MODEL_DIR"))
     tag = "-".join(f"{k}{v}" for k, v in sorted(kwargs.items()))
     out = root / (f"tiny-{arch}" + (f"-{tag}" if tag else ""))
-    if not (out / "model.safetensors").exists() or not (out / "tokenizer.json").exists():
-        build_tiny_model(out, arch=arch, **kwargs)
+    def built() -> bool:
+        return (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+
+    if not built():
+        from ssr_sglang.testing import file_lock
+
+        with file_lock(out.parent / (out.name + ".lock")):  # concurrent callers (xdist workers) build it once
+            if not built():  # built beside it and renamed, so a reader never sees a half-written folder
+                tmp = out.with_name(out.name + ".building")
+                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.rmtree(out, ignore_errors=True)
+                build_tiny_model(tmp, arch=arch, **kwargs)
+                tmp.rename(out)
     return out
 
 
