@@ -299,10 +299,16 @@ def markdown() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv != ["--markdown"]:
-        print("usage: python -m ssr_sglang.settings --markdown", file=sys.stderr)
-        return 2
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m ssr_sglang.settings",
+                                description="The SSR_* settings: the configuration reference in Markdown "
+                                            "(docs/configuration.md is this output).")
+    p.add_argument("--markdown", action="store_true", help="print the reference as Markdown")
+    args = p.parse_args(argv)
+    if not args.markdown:
+        p.print_help()
+        return 0
     sys.stdout.write(markdown())
     return 0
 

@@ -1,4 +1,4 @@
-"""The documentation's commands, paths and links are real (no server, no imports of SGLang).
+"""The documentation's commands, paths and links are real (no server; only the slow ``--help`` runs import SGLang).
 
 For README.md and docs/*.md:
 
@@ -9,7 +9,8 @@ For README.md and docs/*.md:
   module or script it runs), every flag given to ``sglang.launch_server`` a field of SGLang's server arguments;
 * every repository path mentioned (``benchmarks/…``, ``scripts/…``, ``ssr_sglang/…``, …) exists;
 * every relative Markdown link points at a file that exists, and an ``#anchor`` into a Markdown file at one
-  of its headings.
+  of its headings;
+* (slow) every repository module and Python script they run prints its ``--help`` and does nothing else.
 """
 
 from __future__ import annotations
@@ -260,6 +261,31 @@ def test_link_target_exists(doc, target):
     assert path.exists(), f"{doc}: link {target}: {file_part} does not exist"
     if anchor and path.suffix == ".md":
         assert anchor in _anchors(path.resolve()), f"{doc}: link {target}: no heading #{anchor} in {file_part or doc}"
+
+
+def _runnable():
+    """Each repository module and Python script the docs run, once (shell scripts set up or run everything)."""
+    seen = {}
+    for doc, kind, target, _ in INVOCATIONS:
+        path = _module_file(target) if kind == "module" else ROOT / target
+        if path is not None and _in_repo(path) and path.suffix == ".py":
+            seen.setdefault((kind, target), doc)
+    return [(doc, kind, target) for (kind, target), doc in sorted(seen.items())]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc,kind,target", _runnable())
+def test_command_prints_its_help(doc, kind, target):
+    """``--help`` of every command the docs give prints its usage and returns at once: it runs nothing (no
+    build, no server, no results written), so a user can read any command's options before running it."""
+    import subprocess
+
+    argv = [sys.executable, *(["-m", target] if kind == "module" else [target]), "--help"]
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "usage" in r.stdout.lower(), f"{doc}: {' '.join(argv[1:])}\n{r.stdout}{r.stderr}"
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert after == before, f"{doc}: {' '.join(argv[1:])} changed the checkout"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,11 +7,14 @@ Each run starts one server (tiny test Qwen3), generates the 16 test chat prompts
 at a time, then 8 concurrent), dumps the scheduler processes' stacks with py-spy (which event loop runs) and
 writes the outputs to $OUT (default /tmp/overlap_cpu); ``compare`` compares the two runs.
 """
-import json, os, subprocess, sys, time, concurrent.futures as cf
+import argparse, json, os, subprocess, sys, time, concurrent.futures as cf
 from pathlib import Path
+_p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+_p.add_argument("mode", choices=["plain", "ngram_overlap", "compare"])
+_mode = _p.parse_args().mode
 OUT = os.environ.get("OUT", "/tmp/overlap_cpu")
 os.makedirs(OUT, exist_ok=True)
-if sys.argv[1] == "compare":
+if _mode == "compare":
     a, b = (json.load(open(f"{OUT}/{m}.json")) for m in ("plain", "ngram_overlap"))
     for k in ("seq", "conc"):
         same = sum(x == y for x, y in zip(a[k], b[k]))
@@ -27,7 +30,7 @@ model = cached_tiny_model("qwen3")
 tok = AutoTokenizer.from_pretrained(model)
 prompts = [tok(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False),
                add_special_tokens=False).input_ids for t in PROMPT_TOPICS]
-mode = sys.argv[1]
+mode = _mode
 extra = []
 if mode != "plain":
     extra = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"]

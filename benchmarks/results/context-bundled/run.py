@@ -1,5 +1,7 @@
 """ssr_context on in-server drafts: the bundled reasoning model, fixed schedule, 8 prompts, with and without."""
-import json, random, sys, time
+import argparse, json, random, sys, time
+argparse.ArgumentParser(description=__doc__ + " Run from the repository root; writes results.json beside this "
+                        "script.").parse_args()
 sys.path.insert(0, '.')
 from transformers import AutoTokenizer
 from ssr_sglang.models import bundled_model_path, tasks
