@@ -1,8 +1,8 @@
 """Interpreter-start hook for SGLang's CPU engine (run from ``ssr_sglang_cpu.pth``).
 
 SGLang's CPU engine imports ``sgl_kernel`` at module level in many modules, and in processes it
-starts with ``spawn`` (scheduler, detokenizer) before any plugin code runs. So this hook runs at
-every interpreter start, and does almost nothing unless ``SGLANG_USE_CPU_ENGINE=1``:
+starts with ``spawn`` (scheduler, detokenizer) before any plugin code runs. So the ``.pth`` line imports
+this module at interpreter start when ``SGLANG_USE_CPU_ENGINE=1`` (and only then; tests import it too):
 
 * it sets ``OMP_NUM_THREADS=1`` and ``SGLANG_CPU_OMP_THREADS_BIND=0`` unless the user set them
   (the figure behind that default is in docs/cpu.md); the bind default is for

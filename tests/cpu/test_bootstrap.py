@@ -57,3 +57,13 @@ def test_inactive_without_cpu_engine():
     code = "import sys, ssr_sglang.cpu.bootstrap as b; print(any(type(f).__name__ == '_SglKernelFinder' for f in sys.meta_path))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_nothing_is_imported_at_start_without_cpu_engine():
+    """The ``.pth`` line checks the variable itself: without ``SGLANG_USE_CPU_ENGINE=1`` no module of the
+    package is imported at interpreter start (with it, the bootstrap is)."""
+    base = {k: v for k, v in os.environ.items() if k != "SGLANG_USE_CPU_ENGINE"}
+    code = "import sys; print(sorted(m for m in sys.modules if m.startswith('ssr_sglang')))"
+    for env, want in ((base, "[]"), ({**base, "SGLANG_USE_CPU_ENGINE": "1"}, "ssr_sglang.cpu.bootstrap")):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert want in out.stdout, (out.stdout, out.stderr)
