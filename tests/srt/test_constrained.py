@@ -22,7 +22,11 @@ pytestmark = pytest.mark.server
 
 FIXED_SCHEDULE = {"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKENS": "160"}
 # no free whitespace in JSON: the tiny model would otherwise fill its tokens with newlines
-ARGS = ("--reasoning-parser", "qwen3", "--constrained-json-disable-any-whitespace", "--mem-fraction-static", "0.6")
+# --enable-strict-thinking: every request gets SGLang's reasoner grammar (an unconstrained one without an inner
+# grammar, whose mask on CPU is the plugin's stand-in), and max_thinking_tokens (a thinking budget) is allowed
+ARGS = ("--reasoning-parser", "qwen3", "--enable-strict-thinking", "--constrained-json-disable-any-whitespace",
+        "--mem-fraction-static", "0.6")
+THINKING_BUDGET = 40
 ITEM = r'    "[a-z]+": \{"count": [0-9]+, "status": "(ok|low|out)"\},\n'
 DICT_RE = r"```python\nstock = \{\n(" + ITEM + r")+\}\n```"
 EBNF = ('root ::= "```python\\nstock = {\\n" line+ "}\\n```"\n'
@@ -60,12 +64,12 @@ def _prompts():
     return tok, examples, [tok(tasks.format_chat(e["prompt"]), add_special_tokens=False).input_ids for e in examples]
 
 
-def _generate(url, ids, sp, custom_params=None) -> dict:
+def _generate(url, ids, sp, custom_params=None, **top) -> dict:
     sp = {"max_new_tokens": 400, "temperature": 0, **sp}
     if custom_params is not None:
         sp["custom_params"] = custom_params
-    r = requests.post(url + "/generate", json={"input_ids": ids, "require_reasoning": True, "sampling_params": sp},
-                      timeout=600)
+    r = requests.post(url + "/generate", json={"input_ids": ids, "require_reasoning": True, "sampling_params": sp,
+                                               **top}, timeout=600)
     r.raise_for_status()
     return r.json()
 
@@ -92,6 +96,8 @@ def _bad(url, ids) -> list:
 
 def _collect(url, examples, prompts, custom_params=None) -> dict:
     gen = {(m, i): _generate(url, ids, sp, custom_params) for m, sp in GEN_MODES.items() for i, ids in enumerate(prompts)}
+    gen.update({("budget", i): _generate(url, ids, {}, custom_params, max_thinking_tokens=THINKING_BUDGET)
+                for i, ids in enumerate(prompts)})
     chat = {m: _chat(url, examples[0]["prompt"], extra, custom_params) for m, extra in CHAT_MODES.items()}
     return {"gen": gen, "chat": chat}
 
@@ -178,6 +184,20 @@ def test_constrained_requests_get_drafts(runs):
         # NGRAM runs after SSR on the same prompts: its n-gram corpus already holds these answers
         print(f"{mode}: {sum(m['drafts_started'] for m in by['ssr'])} drafts, answer tokens per verify step "
               f"SSR {_per_step(by['ssr'])}, NGRAM (repeated prompts) {_per_step(by['ngram'])}")
+
+
+def test_thinking_budget_closes_the_think_block_and_gets_drafts(runs):
+    """``max_thinking_tokens`` (strict thinking): the reasoner grammar ends the reasoning at the budget; SSR
+    still forks drafts before it and its output equals plain's (checked with every mode above)."""
+    tok = runs["tok"]
+    for i in range(2):
+        plain = runs["plain"]["gen"][("budget", i)]
+        ids = plain["output_ids"]
+        end = tok("</think>", add_special_tokens=False).input_ids
+        at = next(k for k in range(len(ids)) if ids[k:k + len(end)] == end)
+        assert at <= THINKING_BUDGET + 1 < len(runs["plain"]["gen"][("none", i)]["output_ids"]), (at, plain["text"])
+        meta = runs["ssr"]["gen"][("budget", i)]["meta_info"]["ssr"]
+        assert meta["drafts_started"] >= 1 and meta["accepted_prefix"] > 0, meta
 
 
 def test_bad_grammars_get_the_same_400(runs):
