@@ -14,7 +14,8 @@ back with ``tool_calls[0].function.arguments`` that is free text (the model's ow
 inside), i.e. the tool grammar is not enforced on the parser path, so the Agents SDK's second turn gets
 SGLang's 400 "Assistant tool call function.arguments must be a JSON object". Without a tool-call parser the
 same requests are constrained (tests/srt/test_constrained.py) but the call comes back in ``content``, which
-the frameworks do not read as a tool call. Reproduce: /generate-free, one chat request, see the lead's report.
+the frameworks do not read as a tool call. With a parser SGLang 0.5.23 constrains the turn with the
+detector's structural tag (serving_chat.py, get_structure_constraint), not the JSON-schema array it uses without one.
 """
 
 from __future__ import annotations
