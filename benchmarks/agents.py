@@ -16,6 +16,10 @@ SGLang's 400 "Assistant tool call function.arguments must be a JSON object". Wit
 same requests are constrained (tests/srt/test_constrained.py) but the call comes back in ``content``, which
 the frameworks do not read as a tool call. With a parser SGLang 0.5.23 constrains the turn with the
 detector's structural tag (serving_chat.py, get_structure_constraint), not the JSON-schema array it uses without one.
+That tag carries the arguments' schema only for ``"strict": true`` tools (LangGraph's bind_tools sends none);
+with ``strict`` (the Agents SDK's default) the same request returned no tool call and empty content (max_tokens
+160). Next: find why the qwen structural tag misbehaves on this CPU path under SSR's plugin, or drive the
+frameworks with the parser-less JSON-array path and a client-side adapter.
 """
 
 from __future__ import annotations
