@@ -12,6 +12,6 @@ want=$(cat pyproject.toml ssr_sglang_cpu.pth | sha256sum | cut -d' ' -f1)  # the
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! .venv/bin/python -c "import ssr_sglang, sglang" 2>/dev/null; then
   echo "== installing ssr-sglang and SGLang 0.5.23 into .venv (first time: several minutes, ~11 GB)"
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[test,bench,agents]"
+  .venv/bin/python -m pip install --quiet -e ".[test,bench]"
   echo "$want" > "$stamp"
 fi
