@@ -118,8 +118,10 @@ def server_args(args, model: str, method: str) -> list:
     a = ["--model-path", model, "--device", args.device, "--max-running-requests", "16"]
     if args.device == "cpu":
         # --sleep-on-idle: an idle SGLang scheduler otherwise busy-polls a whole core, which on a small CPU
-        # machine slows every other server and the client
-        a += ["--dtype", "bfloat16", "--max-total-tokens", "32768", "--mem-fraction-static", "0.3", "--sleep-on-idle"]
+        # machine slows every other server and the client. --mem-fraction-static 0.8: SGLang budgets the KV pool
+        # from free memory before and after loading; anything else starting in between ate a 0.3 budget.
+        # --max-total-tokens caps the pool itself.
+        a += ["--dtype", "bfloat16", "--max-total-tokens", "32768", "--mem-fraction-static", "0.8", "--sleep-on-idle"]
         if is_hybrid(model) and "--mamba-radix-cache-strategy" not in args.server_args:
             # SGLang's CPU engine serves hybrid models only with these (plain serving too; README, Guarantees)
             a += ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]

@@ -47,7 +47,10 @@ def cpu_server_args(model_path: str, *extra: str, max_total_tokens: int = 16384)
     return [
         "--model-path", str(model_path), "--device", "cpu", "--dtype", "bfloat16",
         "--max-total-tokens", str(max_total_tokens), "--max-running-requests", "32",
-        "--mem-fraction-static", "0.3", "--sleep-on-idle",  # an idle scheduler otherwise spins a core
+        # --mem-fraction-static 0.8: on CPU SGLang budgets the KV pool from the machine's free memory measured
+        # before and after loading the weights; other servers and test workers starting in between often took
+        # over 30% of it ("Loaded weights leave no GPU memory"). --max-total-tokens caps the pool itself.
+        "--mem-fraction-static", "0.8", "--sleep-on-idle",  # an idle scheduler otherwise spins a core
         "--skip-server-warmup", "--log-level", "warning", *extra,
     ]
 

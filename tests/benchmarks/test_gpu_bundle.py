@@ -151,7 +151,7 @@ def _serve_ssr_on_cpu(env_dir: Path, site: Path, tmp_path: Path) -> None:
            "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
     args = [str(env_dir / "bin" / "python"), "-m", "sglang.launch_server", "--model-path",
             str(ROOT / "ssr_sglang" / "models" / "tiny-reasoner"), "--device", "cpu", "--dtype", "bfloat16",
-            "--max-total-tokens", "8192", "--mem-fraction-static", "0.35", "--sleep-on-idle",
+            "--max-total-tokens", "8192", "--mem-fraction-static", "0.8", "--sleep-on-idle",
             "--skip-server-warmup", "--speculative-algorithm", "SSR", "--port", str(port)]
     with open(tmp_path / "server.log", "w") as log:
         proc = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,

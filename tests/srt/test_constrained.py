@@ -24,8 +24,7 @@ FIXED_SCHEDULE = {"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKEN
 # no free whitespace in JSON: the tiny model would otherwise fill its tokens with newlines
 # --enable-strict-thinking: every request gets SGLang's reasoner grammar (an unconstrained one without an inner
 # grammar, whose mask on CPU is the plugin's stand-in), and max_thinking_tokens (a thinking budget) is allowed
-ARGS = ("--reasoning-parser", "qwen3", "--enable-strict-thinking", "--constrained-json-disable-any-whitespace",
-        "--mem-fraction-static", "0.6")
+ARGS = ("--reasoning-parser", "qwen3", "--enable-strict-thinking", "--constrained-json-disable-any-whitespace")
 THINKING_BUDGET = 40
 ITEM = r'    "[a-z]+": \{"count": [0-9]+, "status": "(ok|low|out)"\},\n'
 DICT_RE = r"```python\nstock = \{\n(" + ITEM + r")+\}\n```"

@@ -44,7 +44,7 @@ ENGINE_SCRIPT = """
 import json, sys
 import sglang
 engine = sglang.Engine(model_path=sys.argv[1], device="cpu", dtype="bfloat16", max_total_tokens=4096,
-                       mem_fraction_static=0.3, skip_server_warmup=True, log_level="warning", **json.loads(sys.argv[2]))
+                       mem_fraction_static=0.8, skip_server_warmup=True, log_level="warning", **json.loads(sys.argv[2]))
 try:
     out = engine.generate(input_ids=[5, 6, 7, 8, 9, 10], sampling_params={"max_new_tokens": 24, "temperature": 0, "ignore_eos": True})
     print("RESULT", json.dumps({"output_ids": out["output_ids"], "meta": out["meta_info"]}))

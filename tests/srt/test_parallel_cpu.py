@@ -73,10 +73,7 @@ def _consensus(server) -> dict:
 
 
 def _server(model, *args, name, env=None):
-    # --mem-fraction-static 0.8: on CPU SGLang budgets KV from the machine's free memory before and after
-    # loading weights; two ranks loading at once on a shared machine (and other servers starting) often
-    # took over 30% of it in between ("Loaded weights leave no GPU memory"). --max-total-tokens caps the pool.
-    return start_server(model, "--dtype", FP32, "--mem-fraction-static", "0.8", *args, env=env, name=name)
+    return start_server(model, "--dtype", FP32, *args, env=env, name=name)
 
 
 @pytest.fixture(scope="class")
