@@ -31,6 +31,18 @@ MAX_REASONING_TOKENS = 1 << 24  # anything larger is a configuration error
 MAX_DRAFTS = 1024
 
 
+def _distinct(values, point, duplicate: str) -> set:
+    """The checkpoints ``point(i, value)`` gives for ``values``; raises ValueError(``duplicate`` formatted with
+    ``i``, ``v``, ``c``) on the first value whose checkpoint an earlier one already gave."""
+    seen: set = set()
+    for i, v in enumerate(values):
+        c = point(i, v)
+        if c in seen:
+            raise ValueError(duplicate.format(i=i, v=v, c=c))
+        seen.add(c)
+    return seen
+
+
 def _check_int(name: str, value, lo: int = 1, hi: int = MAX_REASONING_TOKENS) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an int, got {type(value).__name__} {value!r}")
@@ -71,37 +83,34 @@ class BudgetSchedule:
     def __repr__(self) -> str:
         return f"BudgetSchedule(checkpoints={self._points}, draft_len={self.draft_len})"
 
+    @staticmethod
+    def _checkpoint(i: int, c) -> int:
+        return _check_int(f"checkpoints[{i}]", c)
+
+    def _fraction_point(self, i: int, f) -> int:
+        if isinstance(f, bool) or not isinstance(f, (int, float)):
+            raise ValueError(f"fractions[{i}] must be a number, got {f!r}")
+        if not 0.0 < f <= 1.0:
+            raise ValueError(f"fractions[{i}] must be in (0, 1], got {f}")
+        c = int(round(f * self.thinking_budget))
+        if c < 1:
+            raise ValueError(f"fractions[{i}]={f} of thinking_budget={self.thinking_budget} is < 1 token")
+        return c
+
     def _compute(self) -> List[int]:
         _check_int("draft_len", self.draft_len)
         if self.max_drafts is not None:
             _check_int("max_drafts", self.max_drafts, 1, MAX_DRAFTS)
         points: set = set()
         if self.checkpoints_abs is not None:
-            seen = set()
-            for i, c in enumerate(self.checkpoints_abs):
-                _check_int(f"checkpoints[{i}]", c)
-                if c in seen:
-                    raise ValueError(f"checkpoints has duplicate value {c}")
-                seen.add(c)
-            points |= seen
+            points |= _distinct(self.checkpoints_abs, self._checkpoint, "checkpoints has duplicate value {c}")
         if self.thinking_budget is not None:
             _check_int("thinking_budget", self.thinking_budget)
         if self.fractions is not None:
             if self.thinking_budget is None:
                 raise ValueError("fractions requires thinking_budget")
-            seen = set()
-            for i, f in enumerate(self.fractions):
-                if isinstance(f, bool) or not isinstance(f, (int, float)):
-                    raise ValueError(f"fractions[{i}] must be a number, got {f!r}")
-                if not 0.0 < f <= 1.0:
-                    raise ValueError(f"fractions[{i}] must be in (0, 1], got {f}")
-                c = int(round(f * self.thinking_budget))
-                if c < 1:
-                    raise ValueError(f"fractions[{i}]={f} of thinking_budget={self.thinking_budget} is < 1 token")
-                if c in seen:
-                    raise ValueError(f"fractions[{i}]={f} duplicates checkpoint {c} at thinking_budget={self.thinking_budget}")
-                seen.add(c)
-            points |= seen
+            points |= _distinct(self.fractions, self._fraction_point,
+                                "fractions[{i}]={v} duplicates checkpoint {c} at thinking_budget=" + str(self.thinking_budget))
         if self.every is not None:
             _check_int("every", self.every)
             if self.max_drafts is None:

@@ -314,39 +314,27 @@ class MatchCursor:
             state, matched = sam.run(window, 0, 0, w)
             states[sid] = [sam, state, matched, len(sam.tokens)]
 
-    def matches(self, max_span: int, min_match: int = 1) -> List[Match]:
-        """The best usable match of every source, best first."""
+    def _usable(self, min_match: int):
+        """``(key, sid, pos, sam)`` of every source whose match reaches ``min_match``; a higher key is better."""
         self._sync()
         min_match = max(1, min_match)
-        out = []
         for sid, (sam, state, matched, _) in self._states.items():
             if matched < min_match:
                 continue
             length, pos = sam.occurrence(state, matched)
-            if length < min_match:
-                continue
-            out.append((length, sam.priority, sam.order, sid, pos, sam))
-        out.sort(reverse=True, key=lambda t: (t[0], t[1], t[2]))
-        return [Match(length, sid, pos, sam.tokens[pos : pos + max_span], prio)
-                for length, prio, _, sid, pos, sam in out]
+            if length >= min_match:
+                yield (length, sam.priority, sam.order), sid, pos, sam
+
+    @staticmethod
+    def _match(key, sid, pos, sam, max_span: int) -> Match:
+        return Match(key[0], sid, pos, sam.tokens[pos : pos + max_span], sam.priority)
+
+    def matches(self, max_span: int, min_match: int = 1) -> List[Match]:
+        """The best usable match of every source, best first."""
+        found = sorted(self._usable(min_match), key=lambda t: t[0], reverse=True)
+        return [self._match(*t, max_span) for t in found]
 
     def best(self, max_span: int, min_match: int = 1) -> Optional[Match]:
         """The single best match, or None if nothing reaches ``min_match``."""
-        self._sync()
-        min_match = max(1, min_match)
-        best = None
-        best_key = None
-        for sid, (sam, state, matched, _) in self._states.items():
-            if matched < min_match:
-                continue
-            length, pos = sam.occurrence(state, matched)
-            if length < min_match:
-                continue
-            key = (length, sam.priority, sam.order)
-            if best_key is None or key > best_key:
-                best_key = key
-                best = (sid, pos, sam)
-        if best is None:
-            return None
-        sid, pos, sam = best
-        return Match(best_key[0], sid, pos, sam.tokens[pos : pos + max_span], sam.priority)
+        top = max(self._usable(min_match), key=lambda t: t[0], default=None)
+        return None if top is None else self._match(*top, max_span)

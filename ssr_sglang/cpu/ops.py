@@ -145,10 +145,7 @@ def assign_req_to_token_pool_cpu(
 ) -> None:
     """Scatter: ``req_to_token[rpi[i], start[i]:end[i]] = out_cache_loc[packed segment i]`` (see ``_table_segments``)."""
     del pool_len
-    flat = out_cache_loc.reshape(-1)
-    table = req_to_token.view(-1)
-    for at, n, o in _table_segments(req_pool_indices, req_to_token, start_offset, end_offset):
-        table[at : at + n] = flat[o : o + n].to(req_to_token.dtype)
+    _copy_segments(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, to_table=True)
 
 
 def assign_extend_cache_locs_cpu(
@@ -162,10 +159,18 @@ def assign_extend_cache_locs_cpu(
     """Gather: ``out_cache_loc[packed segment i] = req_to_token[rpi[i], start[i]:end[i]]``
     (entries past the packed total are left untouched)."""
     del pool_len
-    flat = out_cache_loc.view(-1)
+    _copy_segments(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, to_table=False)
+
+
+def _copy_segments(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, to_table: bool) -> None:
+    """Copy each request's packed segment of ``out_cache_loc`` into its row of ``req_to_token``, or back."""
+    flat = out_cache_loc.reshape(-1) if to_table else out_cache_loc.view(-1)  # only a write needs a view
     table = req_to_token.view(-1)
     for at, n, o in _table_segments(req_pool_indices, req_to_token, start_offset, end_offset):
-        flat[o : o + n] = table[at : at + n].to(flat.dtype)
+        if to_table:
+            table[at : at + n] = flat[o : o + n].to(table.dtype)
+        else:
+            flat[o : o + n] = table[at : at + n].to(flat.dtype)
 
 
 def assign_draft_cache_locs_contiguous_cpu(
