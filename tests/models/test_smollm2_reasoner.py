@@ -37,6 +37,19 @@ def test_clean_reasoning_drops_code_repeats_and_cut_line():
     assert distill.clean_reasoning("First line.\nSecond li", False) == distill.TEACHER_LEAD + "First line."
 
 
+def test_cut_copies_end_right_after_a_numbered_item():
+    from ssr_sglang.models.smollm2_reasoner import train
+
+    row = {"id": "HumanEval/1", "reasoning": "Plan.\n1. Split it.\n2. Sum it.\nSo we return the sum."}
+    assert train.cut_after_list(row)["reasoning"] == "Plan.\n1. Split it.\n2. Sum it."
+    ends_on_item = {"id": "HumanEval/2", "reasoning": "1. Split it.\n2. Sum it.\n3. Return it."}
+    assert train.cut_after_list(ends_on_item)["reasoning"] == "1. Split it.\n2. Sum it."
+    assert train.cut_after_list({"id": "HumanEval/3", "reasoning": "1. Only one item."}) is None
+    word = {"id": "word/0", "reasoning": "1. a\n2. b\nSo c."}
+    assert train.with_cut_copies([row, word]) == [row, word, {**row, "id": "HumanEval/1/cut",
+                                                                "reasoning": "Plan.\n1. Split it.\n2. Sum it."}]
+
+
 def test_corrupt_or_missing_adapter_is_one_clear_error(tmp_path):
     bad = tmp_path / "adapter.safetensors"
     bad.write_bytes(ADAPTER.read_bytes()[:1000])
@@ -70,15 +83,10 @@ def _unclosed(rows, kind):
 
 
 @pytest.mark.slow
-def test_built_reasoner_closes_its_think_block_on_held_out_word_problems(held_out_rows):
-    assert not _unclosed(held_out_rows, "word")
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(reason="the committed adapter closes its think block on 6 of 10 held-out code prompts "
-                          "(benchmarks/results/smollm2-reasoner-eval): the 90% target is not met yet", strict=False)
-def test_built_reasoner_closes_its_think_block_on_held_out_code(held_out_rows):
-    assert not _unclosed(held_out_rows, "HumanEval")
+def test_built_reasoner_closes_its_think_block_on_held_out_prompts(held_out_rows):
+    """The full evaluation closed 38 of 40 (benchmarks/results/smollm2-reasoner-eval); here at most one of 8."""
+    unclosed = _unclosed(held_out_rows, "word") + _unclosed(held_out_rows, "HumanEval")
+    assert not _unclosed(held_out_rows, "word") and len(unclosed) <= 1, unclosed
 
 
 def test_main_job_reasoner_tasks_alternate_and_skip_warmup():

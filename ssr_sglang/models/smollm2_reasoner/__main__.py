@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     t = sub.add_parser("train")
     t.add_argument("data", nargs="?", default=str(HERE / "distill.jsonl"))
     t.add_argument("adapter", nargs="?", default=str(HERE / "adapter.safetensors"))
-    t.add_argument("--epochs", type=int, default=2)
+    t.add_argument("--epochs", type=int, default=3)
     t.add_argument("--threads", type=int, default=1)
     e = sub.add_parser("eval")
     e.add_argument("--n-code", type=int, default=20)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from pathlib import Path
 
@@ -59,8 +60,29 @@ def load_rows(path: Path) -> list:
     return [{**r, "answer": a} for r in rows if (a := usable_answer(r)) is not None]
 
 
+def cut_after_list(row: dict):
+    """A copy of ``row`` whose reasoning stops right after a numbered item, or None when it has fewer than two.
+
+    The base model's habit is to end a numbered list with end-of-sequence; these copies teach the step from
+    a list item to the think end instead. The cut is after the last item when text follows it, else after the
+    one before it. Example: ``"Plan.\n1. a\n2. b\nSo c."`` -> ``"Plan.\n1. a\n2. b"``.
+    """
+    lines = row["reasoning"].strip().split("\n")
+    items = [i for i, line in enumerate(lines) if re.match(r"\d+\.\s", line.strip())]
+    if len(items) < 2:
+        return None
+    cut = items[-1] if items[-1] < len(lines) - 1 else items[-2]
+    return {**row, "id": row["id"] + "/cut", "reasoning": "\n".join(lines[:cut + 1])}
+
+
+def with_cut_copies(rows: list) -> list:
+    """``rows`` and, for each code row (whose reasoning is distilled), its :func:`cut_after_list` copy."""
+    cuts = [c for r in rows if not r["id"].startswith("word/") and (c := cut_after_list(r)) is not None]
+    return rows + cuts
+
+
 def train(data_path: Path, out_path: Path, epochs: int = 2, lr: float = 1e-3, accum: int = 2, r: int = 8,
-          alpha: float = 16.0, seed: int = 0, max_len: int = 640, first_layer: int = 18) -> dict:
+          alpha: float = 16.0, seed: int = 0, max_len: int = 640, first_layer: int = 18, cut_copies: bool = True) -> dict:
     """Train and save the adapter to ``out_path``; returns ``{"steps", "loss_first", "loss_last", "seconds"}``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -76,7 +98,8 @@ def train(data_path: Path, out_path: Path, epochs: int = 2, lr: float = 1e-3, ac
     wrapped = lora.wrap(model, r, alpha, first_layer)
     params = [p for m in wrapped.values() for p in (m.lora_A, m.lora_B)]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    examples = [encode_row(tok, row, template) for row in load_rows(data_path)]
+    rows = load_rows(data_path)
+    examples = [encode_row(tok, row, template) for row in (with_cut_copies(rows) if cut_copies else rows)]
     examples = [(ids[:max_len], n) for ids, n in examples]
     total = epochs * len(examples) // accum
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.05, 1 - s / max(total, 1)))
@@ -102,5 +125,6 @@ def train(data_path: Path, out_path: Path, epochs: int = 2, lr: float = 1e-3, ac
                           f"{time.time() - t0:.0f}s", flush=True)
     lora.save(wrapped, out_path, r, alpha)
     head, tail = losses[:40], losses[-40:]
-    return {"steps": step, "examples": len(examples), "first_layer": first_layer, "r": r, "alpha": alpha, "lr": lr,
+    return {"steps": step, "examples": len(examples), "cut_copies": cut_copies, "first_layer": first_layer, "r": r,
+            "alpha": alpha, "lr": lr,
             "loss_first": sum(head) / len(head), "loss_last": sum(tail) / len(tail), "seconds": time.time() - t0}
