@@ -81,7 +81,7 @@ def with_cut_copies(rows: list) -> list:
     return rows + cuts
 
 
-def train(data_path: Path, out_path: Path, epochs: int = 2, lr: float = 1e-3, accum: int = 2, r: int = 8,
+def train(data_path: Path, out_path: Path, epochs: int = 3, lr: float = 1e-3, accum: int = 2, r: int = 8,
           alpha: float = 16.0, seed: int = 0, max_len: int = 640, first_layer: int = 18, cut_copies: bool = True) -> dict:
     """Train and save the adapter to ``out_path``; returns ``{"steps", "loss_first", "loss_last", "seconds"}``."""
     import torch
@@ -125,6 +125,6 @@ def train(data_path: Path, out_path: Path, epochs: int = 2, lr: float = 1e-3, ac
                           f"{time.time() - t0:.0f}s", flush=True)
     lora.save(wrapped, out_path, r, alpha)
     head, tail = losses[:40], losses[-40:]
-    return {"steps": step, "examples": len(examples), "cut_copies": cut_copies, "first_layer": first_layer, "r": r,
+    return {"steps": step, "epochs": epochs, "examples": len(examples), "cut_copies": cut_copies, "first_layer": first_layer, "r": r,
             "alpha": alpha, "lr": lr,
             "loss_first": sum(head) / len(head), "loss_last": sum(tail) / len(tail), "seconds": time.time() - t0}
