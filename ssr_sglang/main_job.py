@@ -55,9 +55,19 @@ def parse_args(argv=None):
     p.add_argument("--server-args", default="", help="extra arguments for every server, one string")
     p.add_argument("--ssr-env", default=None, help='SSR_* settings as JSON, e.g. \'{"SSR_POLICY": "fixed"}\' '
                                                       "(default: none, the server's defaults)")
+    p.add_argument("--exact", action="store_true",
+                   help="the CPU engine's exact mode (SSR_CPU_EXACT_VERIFY=1) on every server, plain included: greedy "
+                        "speculative output then equals plain's token for token (slower; cpu only)")
     p.add_argument("--out", default="results/main_job", help="folder for results.json, results.md, latency.png")
     p.add_argument("--seed", type=int, default=777, help="held-out task seed (training used other seeds)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if "SSR_CPU_EXACT_VERIFY" in (args.ssr_env or ""):
+        # exact mode changes how the engine computes every row, plain's included: on the SSR server alone it
+        # compares an exact SSR with a non-exact plain, whose prefills round differently
+        p.error("--ssr-env: SSR_CPU_EXACT_VERIFY applies to every server; use --exact")
+    if args.exact and args.device != "cpu":
+        p.error("--exact: exact mode is the CPU engine's (--device cpu)")
+    return args
 
 
 # -- tasks ----------------------------------------------------------------------
@@ -146,6 +156,8 @@ def run_side_by_side(args, model, tasks_, warmup, out_dir: Path) -> dict:
         servers = {}
         for m in methods:  # one after the other: SGLang sizes its KV pool from the memory free at load
             e = {**getattr(args, "ssr_markers", {}), **env} if m == "ssr" else {}
+            if args.exact:
+                e["SSR_CPU_EXACT_VERIFY"] = "1"
             if args.device != "cpu":
                 e["SGLANG_USE_CPU_ENGINE"] = "0"
             servers[m] = stack.enter_context(

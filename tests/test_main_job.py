@@ -38,3 +38,15 @@ def test_ssr_against_ngram_task_by_task():
     assert lo <= v["speedup"] <= hi
     assert v["per_task"]["slower"] == 1 and v["per_task"]["min"] == 0.9
     assert abs(v["reasoning_ratio"] - (3.6 * 0.6) / 2.1) < 1e-9
+
+
+def test_exact_mode_is_set_for_every_server_or_refused():
+    """Exact mode changes how the engine computes every row, prefills included: set on the SSR server
+    alone it compares an exact SSR with a plain server that rounds differently."""
+    from ssr_sglang.main_job import parse_args
+
+    assert parse_args(["--exact"]).exact
+    with pytest.raises(SystemExit):
+        parse_args(["--ssr-env", '{"SSR_CPU_EXACT_VERIFY": "1"}'])
+    with pytest.raises(SystemExit):
+        parse_args(["--exact", "--device", "cuda"])

@@ -534,6 +534,11 @@ class DraftManager:
             self.drop(rid)
             st.counters.drafts_skipped += 1
             return None
+        # A draft's KV never enters the tree: its prefill recomputes the parent's newest token(s) (not yet
+        # committed at the fork), and were that KV published, the parent's next checkpoint would take it in
+        # place of its own (the tree keeps the first copy of a prefix), computed by a prefill instead of a
+        # decode step -- a rounding apart, enough to change a greedy token. Nothing reads a draft's KV later.
+        branch.req.skip_radix_cache_insert = True
         st.counters.drafts_started += 1
         logger.debug("SSR: draft %s forked at %d reasoning tokens", rid, st.reasoning_len)
         return branch
@@ -594,9 +599,11 @@ class DraftManager:
         c = st.counters
         answer = req.output_ids[st.answer_start:] if st.phase == ANSWER else []
         plain = (c.answer_tokens - c.draft_answer_tokens, c.answer_verify_steps - c.draft_answer_steps)
+        # answered without a draft, forced or not: a fair sample of the draft-free rate (core.policy)
+        control = bool(st.control) or (c.drafts_started == 0 and c.draft_answer_steps == 0)
         self.policy.observe_request(st.reasoning_len, len(answer), plain,
                                     (c.draft_answer_tokens, c.draft_answer_steps), st.draft_replays(answer),
-                                    control=bool(st.control))
+                                    control=control)
 
     def _draft_ended(self, st: RequestSSR, req) -> None:
         """A draft request ended: close its branch, keep its length and steps for the parent's

@@ -60,3 +60,25 @@ def test_ssr_with_drafts_identical_to_plain(smollm2, prompts, plain):
     ssr = [o["meta_info"]["ssr"] for o in out]
     assert all(m["phase"] == "answer" for m in ssr), ssr
     assert sum(m["accepted_prefix"] for m in ssr) > 0 and sum(m["accepted_suffix"] for m in ssr) > 0, ssr
+
+
+def test_ssr_forking_its_own_drafts_on_the_reasoner_identical_to_plain():
+    """The SmolLM2 reasoner, which closes its think block: SSR forks drafts itself (a draft every 24
+    reasoning tokens, several per request), and its output still equals plain's. A fork's prefill
+    recomputes its parent's newest token; were that KV published in the tree, the parent's next
+    checkpoint would take it in place of its own (found on the main job: 7 of 10 identical)."""
+    from transformers import AutoTokenizer
+
+    from ssr_sglang.main_job import reasoner_tasks
+    from ssr_sglang.models.smollm2_reasoner.build import SSR_ENV, cached_reasoner
+
+    model = str(cached_reasoner())
+    prompts = [t["input_ids"] for t in reasoner_tasks(AutoTokenizer.from_pretrained(model), 4, skip=0)]
+    with start_server(model, env=EXACT, name="reasoner-plain-exact") as s:
+        plain = run(s.url, prompts, 384, 4, top2=True)
+    forced = {**EXACT, **SSR_ENV, "SSR_POLICY": "fixed", "SSR_EVERY": "24", "SSR_MAX_DRAFTS": "6"}
+    with start_server(model, "--speculative-algorithm", "SSR", *SPEC, env=forced, name="reasoner-ssr-exact") as s:
+        out = run(s.url, prompts, 384, 4)
+    assert first_differences(plain, out) == []
+    started = [o["meta_info"]["ssr"]["drafts_started"] for o in out]
+    assert max(started) >= 2, started  # a checkpoint after a draft finished: where the tree could mix them up
