@@ -11,11 +11,15 @@ Expected saving of a draft forked after ``r`` reasoning tokens::
 * ``A``: expected answer length (mean over finished requests);
 * ``t_step``: seconds of one answer-phase decode (verify) step at this batch size, without a draft;
 * ``a_plain``: answer tokens per verify step without drafts, measured on the last ``CONTROL_WINDOW``
-  *control requests*, each weighing half as much as the next newer one: the first request after the
-  learning ones, then one in ``CONTROL_EVERY``, is served without drafts
-  (:meth:`DraftPolicy.start_request`); one in ``CONTROL_SOON`` while first-draft decisions hinge on
-  ``a_plain`` (they would flip were it ``A_PLAIN_DOUBT`` higher or lower: the server's n-gram corpus
-  grows with its traffic, and so does ``a_plain``). The draft-free steps of drafting requests are a
+  *control requests*, each weighing half as much as the next newer one. A control request is any
+  request answered without a draft: one the policy chose not to draft for (whether to fork depends on
+  reasoning lengths and costs, never on the answer's text, so these are a fair sample), or one served
+  without drafts on purpose (:meth:`DraftPolicy.start_request`) when no request has been for
+  ``CONTROL_EVERY`` requests, or for ``CONTROL_SOON`` while first-draft decisions hinge on ``a_plain``
+  (they would flip were it ``A_PLAIN_DOUBT`` higher or lower: the server's n-gram corpus grows with its
+  traffic, and so does ``a_plain``). Where drafts are rare, every request refreshes ``a_plain``, so one
+  unusual answer (a repetitive one n-grams serve at 4 tokens a step) cannot stop drafting for long.
+  The draft-free steps of drafting requests are a
   biased sample (the text the drafts could not serve), and scoring the n-gram proposal a draft step
   replaced is no substitute either (SGLang's n-gram corpus holds the drafts' own text); they stand in
   only until the first control request has answered;
@@ -89,8 +93,8 @@ WINDOW = 64  # recent samples behind each time estimate
 MIN_COST_SAMPLES = 3  # draft-carrying steps at a batch size before its cost counts as measured
 STALE_STEPS = 1024  # draft-free reasoning steps after which a draft cost counts as unmeasured again
 EXPLORE_GAP = 64  # decode steps after an exploring draft is granted before another may explore the same batch size
-CONTROL_EVERY = 32  # after the first control request, one client request in this many is served without drafts
-CONTROL_SOON = 8  # ... or one in this many while first-draft decisions hinge on a_plain
+CONTROL_EVERY = 32  # a client request is served without drafts once this many have been drafted for in a row
+CONTROL_SOON = 8  # ... or this many while first-draft decisions hinge on a_plain
 CONTROL_WINDOW = 4  # a_plain comes from this many most recent control requests
 A_PLAIN_DOUBT = 0.25  # a decision hinges on a_plain if it flips with a_plain this much higher or lower
 EXPLORE_DISCOUNT = 0.5  # an exploring draft must pay at this share of the cost estimated from another batch size
@@ -264,7 +268,7 @@ class DraftPolicy:
         self._control: Deque[Tuple[int, int]] = collections.deque(maxlen=CONTROL_WINDOW)  # per control request
         self._control_steps = 0  # answer steps of all control requests so far
         self._started = 0  # client requests that reached a decision point (start_request)
-        self._since_control: Optional[int] = None  # requests started since the last control request
+        self._since_control: Optional[int] = None  # requests started since the last control request answered
         self._hinges = False  # the last first-draft decision would flip with a_plain A_PLAIN_DOUBT off
         self._ssr = [0, 0]  # the same with a draft proposal
         self._self = {True: [0, 0], False: [0, 0]}  # seeded -> draft tokens, draft steps
@@ -341,8 +345,9 @@ class DraftPolicy:
     def start_request(self) -> bool:
         """A client request reached its first decision point. True: it is a control request, to be served
         without drafts (its answer measures ``a_plain``): the first after the ``MIN_HISTORY`` learning
-        requests, then one in ``CONTROL_EVERY``, or one in ``CONTROL_SOON`` while the last first-draft
-        decision hinged on ``a_plain``.
+        requests unless a request answered without drafts already, then one once ``CONTROL_EVERY``
+        requests have started since a control request last answered (``CONTROL_SOON`` while the last
+        first-draft decision hinged on ``a_plain``).
 
         >>> p = DraftPolicy()
         >>> [i for i in range(80) if p.start_request()] == [MIN_HISTORY, MIN_HISTORY + 32, MIN_HISTORY + 64]
@@ -350,6 +355,9 @@ class DraftPolicy:
         >>> p._hinges = True
         >>> [i for i in range(80, 100) if p.start_request()]
         [80, 88, 96]
+        >>> p.observe_request(80, 90, (90, 45), (0, 0), [], control=True)  # answered without drafts
+        >>> [i for i in range(100, 110) if p.start_request()]  # 8 after it, not after the forced one at 96
+        [107]
         """
         self._started += 1
         if self._started <= MIN_HISTORY:
@@ -368,7 +376,8 @@ class DraftPolicy:
 
         ``plain``/``ssr``: (answer tokens, verify steps) without / with a draft proposal;
         ``replays``: per draft replayed, (reasoning tokens at its fork, answer tokens replayed,
-        verify steps the replay took); ``control``: it was served without drafts (:meth:`start_request`).
+        verify steps the replay took); ``control``: it was answered without a draft (forced by
+        :meth:`start_request` or not), so its ``plain`` rate is a fair sample of ``a_plain``.
         ``answer_tokens == 0``: the request ended inside its reasoning (its length is a lower bound).
         """
         if reasoning_tokens <= 0:
@@ -386,6 +395,7 @@ class DraftPolicy:
         if control and plain[1] > 0:
             self._control.append(plain)
             self._control_steps += plain[1]
+            self._since_control = 0
         for at, tokens, steps in replays:
             if tokens <= 0 or steps <= 0:
                 continue

@@ -63,7 +63,7 @@ def _serve(policy, R, extra, mode, rng):
     ssr = (written[best], round(written[best] / rates[best])) if best is not None and written[best] else (0, 0)
     plain = (ANSWER - ssr[0], max(1, round((ANSWER - ssr[0]) / A_PLAIN)))
     replays = [(c, w, max(1, round(w / a))) for c, w, a in zip(forks, written, rates) if w]
-    policy.observe_request(int(R), ANSWER, plain, ssr, replays, control=bool(control))
+    policy.observe_request(int(R), ANSWER, plain, ssr, replays, control=bool(control) or not forks)
     return t, len(forks)
 
 
@@ -267,6 +267,22 @@ def _past_learning(extra: float) -> DraftPolicy:
     return policy
 
 
+def test_requests_answered_without_drafts_refresh_a_plain_and_defer_forced_controls():
+    """Where the policy drafts rarely, every draft-free answer is a control sample: one unusual early
+    answer (4.6 tokens per step, a repetitive text n-grams serve well) stops weighing within a few
+    requests, and no request has to be served without drafts on purpose."""
+    policy = _past_learning(0.001)
+    assert [policy.start_request() for _ in range(MIN_HISTORY + 1)][-1] is True  # the first forced control
+    policy.observe_request(80, 92, (92, 20), (0, 0), [], control=True)
+    assert policy.a_plain() == pytest.approx(4.6)
+    forced = 0
+    for _ in range(CONTROL_EVERY * 2):
+        forced += policy.start_request()
+        policy.observe_request(80, ANSWER, (ANSWER, 50), (0, 0), [], control=True)  # 1.8 tokens per step
+    assert forced == 0
+    assert policy.a_plain() == pytest.approx(1.8)
+
+
 def test_a_plain_follows_the_recent_control_requests():
     """The server's n-gram corpus grows with its traffic, and with it the draft-free answer rate: old
     control requests drop out of a_plain."""
@@ -278,18 +294,20 @@ def test_a_plain_follows_the_recent_control_requests():
 
 
 def test_controls_come_sooner_while_the_first_draft_decision_hinges_on_a_plain():
+    REST = CONTROL_EVERY - MIN_HISTORY - 2  # requests left before CONTROL_EVERY since the last control answered
     view = RequestView(50, 1.5, 1, False, 512, False)
 
     def controls_after_a_decision(factor):
         policy = _doubtful(factor)
         [policy.start_request() for _ in range(MIN_HISTORY + 1)]  # the first control request
         d = policy.decide(view)
-        return d, sum(policy.start_request() for _ in range(CONTROL_EVERY - 1))
+        # the control request of _doubtful answered MIN_HISTORY + 1 requests ago
+        return d, sum(policy.start_request() for _ in range(REST))
 
     near, soon = controls_after_a_decision(1.05)  # cost just above the saving: hinges on a_plain
     far, later = controls_after_a_decision(20)  # far above: a_plain cannot change it
     assert near.fork is False and far.fork is False
-    assert soon == (CONTROL_EVERY - 1) // CONTROL_SOON and later == 0
+    assert soon == REST // CONTROL_SOON and later == 0
 
 
 def test_exploring_a_batch_size_weighs_the_cost_measured_at_another():
