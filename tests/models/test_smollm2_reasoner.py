@@ -62,6 +62,14 @@ def test_corrupt_or_missing_adapter_is_one_clear_error(tmp_path):
         check_adapter(tmp_path / "absent.safetensors", tmp_path / "none.json")
 
 
+def test_benchmarks_given_a_built_reasoner_folder_serve_it_with_its_think_markers(tmp_path):
+    from ssr_sglang.models.smollm2_reasoner.build import SSR_ENV, STAMP, markers
+
+    assert markers(str(tmp_path)) == {}  # any other model: the server's own markers
+    (tmp_path / STAMP).write_text("0" * 64 + "\n")
+    assert markers(str(tmp_path)) == SSR_ENV and SSR_ENV["SSR_THINK_END"] == "</think>"
+
+
 def test_committed_adapter_matches_its_manifest():
     manifest = json.loads(ADAPTER.with_suffix(".json").read_text())
     assert sha256(ADAPTER) == manifest["sha256"]

@@ -31,6 +31,12 @@ SSR_ENV = {"SSR_THINK_START": "<think>", "SSR_THINK_END": "</think>", "SSR_FORCE
 NEEDED_BYTES = 700 << 20  # base download + conversion + this folder, with room to spare
 
 
+def markers(model: str) -> dict:
+    """:data:`SSR_ENV` if ``model`` is a folder this module built (it has the build's stamp), else ``{}``:
+    what an SSR server of that folder needs set, for benchmarks given only ``--model-path``."""
+    return dict(SSR_ENV) if (Path(model) / STAMP).is_file() else {}
+
+
 class BuildError(RuntimeError):
     """A reasoner build that cannot proceed; the message names what is missing and how to get it."""
 
