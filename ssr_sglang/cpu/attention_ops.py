@@ -20,7 +20,9 @@ extend/decode kernels):
 * Scores, softmax and the weighted sum run in float32; outputs are written in the output's dtype.
   KV buffers stored as fp8 are dequantised with ``key_scale`` / ``value_scale``.
 
-Exact verify rows (``SSR_CPU_EXACT_VERIFY=1``): a tree-verify query is computed as one query over
+Exact rows (``SSR_CPU_EXACT_VERIFY=1``): a prefill query, like a decode query, is computed alone over
+exactly the keys it sees (:func:`_extend_exact_rows`), whatever the prefix cache held and whatever was
+prefilled beside it. A tree-verify query is computed as one query over
 exactly the keys it sees (the cached prefix, then its ancestors and itself, in position order), with
 no padding (queries of equal length share one product) -- the same computation as the decode step of
 that token after its path was accepted, alone or in any batch (decode steps group by length in this
@@ -280,13 +282,15 @@ def extend_attention_cpu(
     start_list = extend_start_loc.tolist()
     rpi_list = req_pool_indices.tolist()
     h = q_extend.shape[1]
-    if tree_mask is not None and window <= 0 and EXACT_VERIFY:
-        _extend_tree_rows(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,
-                          req_to_token, rpi_list, seq_list, ext_list, start_list, sm_scale, logit_cap, sink_f,
-                          tree_mask)
+    if window <= 0 and EXACT_VERIFY:
+        lists = (rpi_list, seq_list, ext_list, start_list)
+        if tree_mask is not None:
+            _extend_tree_rows(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,
+                              req_to_token, *lists, sm_scale, logit_cap, sink_f, tree_mask)
+        else:
+            _extend_exact_rows(q_extend, k_extend, v_extend, o_extend, (k_buffer, v_buffer, key_scale, value_scale),
+                               req_to_token, lists, (sm_scale, logit_cap, sink_f), is_causal)
         return
-    # Exact mode: every request's extend (a prefill) on its own, as at batch 1 (a batched product
-    # rounds per batch size).
     if window <= 0 and not EXACT_VERIFY and _batchable(ext_list, start_list, seq_list, h):
         inputs = (req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc)
         plan = _batched_plan(inputs, (seq_list, ext_list, start_list, rpi_list, is_causal), tree_mask, k_buffer,
@@ -343,6 +347,35 @@ def _extending(seq_list, ext_list, start_list):
         if seq_len < ext:
             raise ValueError(f"request {i}: seq_len {seq_len} < extend_len {ext}")
         yield i, seq_len, ext, start, seq_len - ext
+
+
+def _extend_exact_rows(q_extend, k_extend, v_extend, o_extend, buffers: tuple, req_to_token, lists: tuple,
+                       scoring: tuple, is_causal: bool) -> None:
+    """Prefill (extend) attention in exact mode: every query row alone over exactly the keys it sees,
+    as the decode step of its token computes it (:func:`_attend_padded`, one problem of its length).
+
+    So a prompt token's attention does not depend on how the prompt was split between the prefix cache,
+    prefill chunks and this step, nor on the requests prefilled beside it (a product over more query
+    rows rounds differently, and the prefix cache's state at arrival depends on timing). Example:
+    3 cached keys and 2 new tokens: row 0 sees keys ``0..3``, row 1 keys ``0..4`` (non-causal: both
+    see all 5). Costs one small call per row and layer, and reads a row's whole prefix each time.
+    """
+    k_buffer, v_buffer, key_scale, value_scale = buffers
+    rpi_list, seq_list, ext_list, start_list = lists
+    sm_scale, logit_cap, sinks = scoring
+    for i, seq_len, ext, start, prefix in _extending(seq_list, ext_list, start_list):
+        slots = req_to_token[int(rpi_list[i]), :seq_len].long()
+        k = _load_raw(k_buffer, slots, key_scale)
+        v = _load_raw(v_buffer, slots, value_scale)
+        if k_extend is not None and v_extend is not None:  # this step's keys as given (as decode stores them)
+            k[prefix:] = k_extend[start:start + ext].to(k.dtype)
+            v[prefix:] = v_extend[start:start + ext].to(v.dtype)
+        k, v = k[None], v[None]
+        q = q_extend[start:start + ext].float()
+        for r in range(ext):
+            n = prefix + r + 1 if is_causal else seq_len
+            out = _attend_padded(q[r:r + 1], k[:, :n], v[:, :n], torch.tensor([n]), sm_scale, logit_cap, sinks)
+            o_extend[start + r] = out[0].to(o_extend.dtype)
 
 
 def _extend_tree_rows(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale,

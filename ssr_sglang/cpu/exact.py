@@ -7,14 +7,17 @@ rounding over 30 layers is enough to change a greedy token where the top two log
 this mode, on the CPU stand-in engine:
 
 * attention: each verify row attends to exactly its own keys (:mod:`ssr_sglang.cpu.attention_ops`);
-* linear layers (SGLang's unquantized linear method) run one row at a time for inputs of at most
-  :data:`MAX_ROWS` rows: decode and verify steps, and prefills of short prompts, also several of them
-  batched together (a row's product must not depend on its batchmates). A longer prefill keeps one
-  product, which is exact only when the prompt is prefilled alone (as at batch 1): prefills batched
-  past ``MAX_ROWS`` rows, or verify steps past it (concurrent requests x tree nodes), are not exact;
-* the logits (lm head) of such steps, one row at a time too.
+* linear layers (SGLang's unquantized linear method) run one row at a time: decode and verify steps
+  and prefills alike, so a row's product depends neither on its batchmates nor on how many rows the
+  step has;
+* prefill attention: each prompt token alone over its keys, as its decode step would see them, so a
+  prompt's KV does not depend on what the prefix cache held when it arrived, on chunking or on the
+  prompts prefilled beside it (which all depend on timing);
+* the logits (lm head), one row at a time too.
 
-What it costs is measured in ``benchmarks/results`` (each verify step multiplies its linear layers'
+So a greedy token is a function of the prompt and the tokens before it, at any concurrency, with or
+without drafts, exact ties aside (on dense attention; sliding-window layers still prefill each request
+as one product). What it costs is measured in ``benchmarks/results`` (each verify step multiplies its linear layers'
 work by its number of rows). Pair it with ``--enable-fp32-lm-head``: bf16 logits tie often (a tie
 broken by a last-bit difference is still a different token).
 """
@@ -26,7 +29,6 @@ import torch
 from ssr_sglang import settings
 
 ENV = "SSR_CPU_EXACT_VERIFY"
-MAX_ROWS = 512  # rows computed one at a time; more keep one product (see module doc)
 # The SGLang internals this mode replaces (named in ssr_sglang.srt.compat, checked at start-up).
 TARGETS = (
     "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply",
@@ -40,8 +42,8 @@ def requested() -> bool:
 
 
 def _by_rows(x: torch.Tensor, fn):
-    """``fn`` over each row of a 2-D ``x`` of at most MAX_ROWS rows, concatenated; ``fn(x)`` otherwise."""
-    if x.dim() != 2 or not 1 < x.shape[0] <= MAX_ROWS:
+    """``fn`` over each row of a 2-D ``x``, concatenated; ``fn(x)`` for one row or another shape."""
+    if x.dim() != 2 or x.shape[0] <= 1:
         return fn(x)
     return torch.cat([fn(x[i:i + 1]) for i in range(x.shape[0])])
 
@@ -61,7 +63,7 @@ def install() -> None:
         return _by_rows(x, lambda rows: linear(self, layer, rows, bias))
 
     def compute_lm_head(self, hidden_states, lm_head_layer, embedding_bias=None, *, out=None):
-        if hidden_states.dim() == 2 and 1 < hidden_states.shape[0] <= MAX_ROWS:
+        if hidden_states.dim() == 2 and hidden_states.shape[0] > 1:
             return _by_rows(hidden_states, lambda rows: lm_head(self, rows, lm_head_layer, embedding_bias))
         return lm_head(self, hidden_states, lm_head_layer, embedding_bias, out=out)
 

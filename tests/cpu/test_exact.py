@@ -32,7 +32,7 @@ def test_not_installed_unless_requested(monkeypatch):
     assert unquant.UnquantizedLinearMethod.apply is before
 
 
-@pytest.mark.parametrize("rows", [2, 8, 16, 64])
+@pytest.mark.parametrize("rows", [2, 8, 16, 64, 600])
 def test_linear_rows_equal_one_row_steps(installed, rows):
     torch.manual_seed(rows)
     layer = torch.nn.Module()
@@ -41,6 +41,4 @@ def test_linear_rows_equal_one_row_steps(installed, rows):
     x = torch.randn(rows, 1536).bfloat16()
     together = method.apply(layer, x)
     alone = torch.cat([method.apply(layer, x[i:i + 1]) for i in range(rows)])
-    assert torch.equal(together, alone)
-    big = torch.randn(exact.MAX_ROWS + 1, 1536).bfloat16()  # a prefill keeps one product
-    assert torch.equal(method.apply(layer, big), torch.nn.functional.linear(big, layer.weight))
+    assert torch.equal(together, alone)  # 600: prompts prefilled together, as one step

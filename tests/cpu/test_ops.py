@@ -258,6 +258,28 @@ def test_verify_rows_equal_decode_rows(seed, pass_kv, monkeypatch):
     torch.testing.assert_close(shared, verify, **_tol(torch.bfloat16))
 
 
+@pytest.mark.parametrize("cached", [0, 37])
+def test_exact_prefill_rows_equal_decode_rows(cached, monkeypatch):
+    """With SSR_CPU_EXACT_VERIFY=1 every prompt token's prefill attention equals, bit for bit, its
+    decode step's, at SmolLM2's head sizes, whether the prompt is prefilled whole or after a cached
+    prefix of ``cached`` tokens, and beside another prompt: its KV does not depend on what the prefix
+    cache held when it arrived or on what was prefilled with it."""
+    from ssr_sglang.cpu import attention_ops
+
+    monkeypatch.setattr(attention_ops, "EXACT_VERIFY", True)
+    h, hkv, d, length = 9, 3, 64, 120
+    b = _make_batch(3, prefix_lens=[cached, 20], ext_lens=[length - cached, 50], h=h, hkv=hkv, d=d, dv=d,
+                    dtype=torch.bfloat16)
+    out = _run_extend(b, h=h, dv=d, scale=0.125)
+    row = b["req_pool_indices"][:1]
+    for r in range(length - cached):  # each token's decode step alone, over the keys before it and itself
+        one = torch.empty(1, h, d, dtype=torch.bfloat16)
+        decode_attention_cpu(b["q"][r:r + 1], b["k_buffer"], b["v_buffer"], 1.0, 1.0, one, None, None,
+                             torch.zeros(1, dtype=torch.int64), torch.empty(0), b["req_to_token"], row,
+                             torch.tensor([cached + r + 1]), 0.125, 0.0)
+        assert torch.equal(one, out[r:r + 1]), f"row {r}"
+
+
 def test_exact_rows_do_not_depend_on_padding(monkeypatch):
     """In exact mode a query's attention beside a longer one (its keys end-padded in a shared product
     by default) equals, bit for bit, the query alone, at SmolLM2's head sizes (the padded product's

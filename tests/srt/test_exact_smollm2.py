@@ -66,7 +66,9 @@ def test_ssr_forking_its_own_drafts_on_the_reasoner_identical_to_plain():
     """The SmolLM2 reasoner, which closes its think block: SSR forks drafts itself (a draft every 24
     reasoning tokens, several per request), and its output still equals plain's. A fork's prefill
     recomputes its parent's newest token; were that KV published in the tree, the parent's next
-    checkpoint would take it in place of its own (found on the main job: 7 of 10 identical)."""
+    checkpoint would take it in place of its own (found on the main job: 7 of 10 identical). The four
+    prompts (561 tokens) are prefilled together in one run and apart in the other, after a shared prefix
+    was cached or not: exact mode computes every prompt row alone, so their KV is the same."""
     from transformers import AutoTokenizer
 
     from ssr_sglang.main_job import reasoner_tasks
@@ -76,7 +78,8 @@ def test_ssr_forking_its_own_drafts_on_the_reasoner_identical_to_plain():
     prompts = [t["input_ids"] for t in reasoner_tasks(AutoTokenizer.from_pretrained(model), 4, skip=0)]
     with start_server(model, env=EXACT, name="reasoner-plain-exact") as s:
         plain = run(s.url, prompts, 384, 4, top2=True)
-    forced = {**EXACT, **SSR_ENV, "SSR_POLICY": "fixed", "SSR_EVERY": "24", "SSR_MAX_DRAFTS": "6"}
+    forced = {**EXACT, **SSR_ENV, "SSR_POLICY": "fixed", "SSR_EVERY": "24", "SSR_MAX_DRAFTS": "6",
+              "SSR_MAX_BATCH": "16"}  # drafts beside 4 running requests
     with start_server(model, "--speculative-algorithm", "SSR", *SPEC, env=forced, name="reasoner-ssr-exact") as s:
         out = run(s.url, prompts, 384, 4)
     assert first_differences(plain, out) == []
