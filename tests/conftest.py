@@ -115,10 +115,14 @@ def require_bench_data(path: Path) -> Path:
 
 
 def start_server(model, *extra, env=None, name="server"):
+    """A CPU server logging to ``.cache/test-logs/<name>.log``, or ``<name>.<worker>.log`` under pytest-xdist:
+    a session-scoped server starts once per worker, and two servers writing one file garble it."""
     from ssr_sglang.testing.server import Server, cpu_server_args
 
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    return Server(cpu_server_args(model, *extra), env=env, log_path=str(LOG_DIR / f"{name}.log"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    log = LOG_DIR / (f"{name}.{worker}.log" if worker else f"{name}.log")
+    return Server(cpu_server_args(model, *extra), env=env, log_path=str(log))
 
 
 def check_client_draft(server, prompt, tokenizer) -> dict:
