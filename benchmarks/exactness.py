@@ -17,7 +17,9 @@ with one identifier renamed everywhere (the first that occurs 3-18 times gets th
 a prompt without one gets no draft), the case of a draft that named one thing differently.
 ``--dataset classeval`` takes ClassEval prompts (complete the class in its skeleton, as
 ``latency.py --dataset classeval``) from ``--data-root`` instead of the built-in questions;
-``--context`` adds ``ssr_context`` (the prompt as a source) to every SSR request. The report gives
+``--dataset reasoner-heldout`` takes the SmolLM2 reasoner's held-out prompts (the main job's
+``--model smollm2-reasoner`` tasks, in its order), with the reasoner's think markers set on the SSR server so
+that its drafts fork. ``--context`` adds ``ssr_context`` (the prompt as a source) to every SSR request. The report gives
 tokens per verify step on the speculative server (its answer tokens over its answer verify steps,
 from ``meta_info["ssr"]``, and SGLang's ``spec_accept_length``).
 """
@@ -56,7 +58,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--client-drafts", action="store_true")
     ap.add_argument("--draft-edit", default="every40", choices=["every40", "rename"])
-    ap.add_argument("--dataset", default="questions", choices=["questions", "classeval"])
+    ap.add_argument("--dataset", default="questions", choices=["questions", "classeval", "reasoner-heldout"])
     ap.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--context", action="store_true", help="ssr_context on every SSR request")
     ap.add_argument("--num-draft-tokens", type=int, default=8, help="--speculative-num-draft-tokens")
@@ -64,9 +66,18 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(args.model_path)
-    prompts = (classeval_chat_prompts(tok, args.n, args.data_root) if args.dataset == "classeval"
-               else chat_prompts(tok, args.n))
+    if args.dataset == "classeval":
+        prompts = classeval_chat_prompts(tok, args.n, args.data_root)
+    elif args.dataset == "reasoner-heldout":
+        from bench_utils import reasoner_prompts, tokenize
+
+        prompts = [r["input_ids"] for r in tokenize(reasoner_prompts(args.n), tok, None)]
+    else:
+        prompts = chat_prompts(tok, args.n)
     env = {"OMP_NUM_THREADS": "1", **({"SSR_CPU_EXACT_VERIFY": "1"} if args.exact else {})}
+    from ssr_sglang.models.smollm2_reasoner.build import markers
+
+    spec_env = markers(args.model_path) if args.method == "SSR" else {}  # {} unless a SmolLM2 reasoner
     common = ["--enable-fp32-lm-head"] if args.fp32_lm_head else []
     spec = ["--speculative-algorithm", args.method, "--speculative-num-draft-tokens", str(args.num_draft_tokens)]
     name = args.method.lower()
@@ -81,7 +92,7 @@ def main() -> None:
             else:
                 drafts = [edited(o["output_ids"]) for o in outs["plain"]]
         custom = {"ssr_context": True} if label != "plain" and args.context else None
-        with Server(cpu_server_args(args.model_path, *common, *extra), env=env) as s:
+        with Server(cpu_server_args(args.model_path, *common, *extra), env={**env, **(spec_env if extra else {})}) as s:
             t = time.time()
             outs[label] = run(s.url, prompts, args.max_new_tokens, args.concurrency, top2=label == "plain",
                               drafts=drafts, custom=custom)
