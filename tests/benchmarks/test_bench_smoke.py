@@ -67,6 +67,9 @@ def test_dataset_loaders():
         require_bench_data(BENCH_DATA / "longproc" / task)
     ce = bu.load_dataset("classeval", 2)
     assert ce[0]["id"] == "ClassEval_0" and "class " in ce[0]["messages"][0]["content"]
+    held = bu.load_dataset("classeval-heldout", 3)  # the tasks the SmolLM2 reasoner never trained on
+    assert [r["id"] for r in held] == ["ClassEval_0", "ClassEval_3", "ClassEval_6"]
+    assert held[0]["messages"] == ce[0]["messages"]
     for task in ("countdown", "pseudo_to_code", "tom_tracking", "html_to_tsv", "path_traversal"):
         rows = bu.load_dataset(f"longproc:{task}", 1)
         text = rows[0]["messages"][0]["content"]

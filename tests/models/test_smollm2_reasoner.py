@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ssr_sglang.models.smollm2_reasoner import data, distill, word_problems
+from ssr_sglang.models.smollm2_reasoner import classeval, data, distill, word_problems
 from ssr_sglang.models.smollm2_reasoner.build import ADAPTER, BuildError, check_adapter, sha256
 
 
@@ -20,6 +20,38 @@ def test_committed_data_has_no_held_out_prompt():
     held = {t["id"] for t in data.code_tasks("heldout")} | {t["id"] for t in data.word_tasks("heldout", 1000)}
     rows = [json.loads(l) for l in (ADAPTER.parent / "distill.jsonl").read_text().splitlines() if l.strip()]
     assert rows and not {r["id"] for r in rows} & held
+    classeval_ids = [r["id"] for r in rows if r["id"].startswith("ClassEval_")]
+    assert classeval_ids and not [i for i in classeval_ids if classeval.is_held_out(i)]
+
+
+CLASSEVAL_ROW = {
+    "task_id": "ClassEval_7", "class_name": "Counter", "fields": ["self.n"], "solution_code": "class Counter: ...",
+    "class_description": '    """\n    A counter that\n    counts.\n    """\n', "skeleton": "class Counter:\n    pass",
+    "class_constructor": 'class Counter:\n    def __init__(self, start):\n        """\n        :param start: int, the first '
+                         'value.\n        """\n        self.n = start\n',
+    "methods_info": [{"method_description": 'def add(self, k):\n        """\n        Adds k to the count.\n        '
+                                            ':param k: int, how much.\n        :return: int, the new count.\n        '
+                                            '>>> Counter(1).add(2)\n        3\n        """'},
+                     {"method_description": '@staticmethod\n    def zero():\n        """\n        The zero count.\n'
+                                            '        """'}]}
+
+
+def test_classeval_split_is_by_task_number_and_plans_read_the_docstrings():
+    assert classeval.is_held_out("ClassEval_0") and classeval.is_held_out("ClassEval_99")
+    assert not classeval.is_held_out("ClassEval_7")
+    rows = [CLASSEVAL_ROW, {**CLASSEVAL_ROW, "task_id": "ClassEval_9"}]
+    assert [t["id"] for t in classeval.tasks(rows, "train")] == ["ClassEval_7"]
+    assert [t["id"] for t in classeval.tasks(rows, "heldout")] == ["ClassEval_9"]
+    plan = classeval.plan(CLASSEVAL_ROW)
+    assert plan == (distill.TEACHER_LEAD + "A counter that counts.\nI need to write 2 methods:\n"
+                    "1. `add`: Adds k to the count.\n2. `zero`: The zero count.\n"
+                    "So I write the whole class with every method.")
+    assert "```" not in plan and "Counter(1)" not in plan  # no code in the reasoning
+
+
+def test_classeval_data_missing_is_one_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="ClassEval_data.json"):
+        classeval.load(tmp_path / "absent.json")
 
 
 def test_word_problem_is_seeded_and_consistent():

@@ -53,7 +53,7 @@ def _eval(args) -> int:
     from ssr_sglang.testing.smollm2 import cached_smollm2
 
     torch.set_num_threads(args.threads)
-    tasks = evaluate.held_out_tasks(args.n_code, args.n_word, args.offset)
+    tasks = evaluate.held_out_tasks(args.n_code, args.n_word, args.offset, args.n_classeval, args.classeval)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {}
@@ -64,7 +64,7 @@ def _eval(args) -> int:
             result[name] = {"summary": evaluate.summary(rows), "rows": rows}
             (out / "eval.json").write_text(json.dumps(result, indent=1))
 
-        save(evaluate.run(folder, tasks, reasoner, progress=save))
+        save(evaluate.run(folder, tasks, reasoner, answer_budget=args.answer_budget, progress=save))
         print(name, json.dumps(result[name]["summary"]))
     return 0
 
@@ -86,8 +86,13 @@ def main(argv=None) -> int:
     e = sub.add_parser("eval")
     e.add_argument("--n-code", type=int, default=20)
     e.add_argument("--n-word", type=int, default=20)
+    e.add_argument("--n-classeval", type=int, default=0, help="also the first N held-out ClassEval tasks")
+    e.add_argument("--classeval", default=str(HERE.parents[2].parent / "shared/data/classeval/ClassEval_data.json"),
+                   help="ClassEval_data.json (default: ../shared/data/classeval/ beside the repository)")
     e.add_argument("--out", default="benchmarks/results/smollm2-reasoner-eval")
     e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--answer-budget", type=int, default=320, help="answer tokens after the think block "
+                                                                 "(a ClassEval class needs about 800)")
     e.add_argument("--skip-base", action="store_true")
     e.add_argument("--skip-reasoner", action="store_true")
     e.add_argument("--offset", type=int, default=0, help="skip the first N held-out prompts of each kind (the main "

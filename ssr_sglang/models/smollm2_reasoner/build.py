@@ -37,6 +37,13 @@ def markers(model: str) -> dict:
     return dict(SSR_ENV) if (Path(model) / STAMP).is_file() else {}
 
 
+def adapter_of(model: str) -> Optional[str]:
+    """The sha256 of the adapter merged into ``model`` if it is a folder this module built, else None (for
+    results files: which reasoner a figure was measured on)."""
+    stamp = Path(model) / STAMP
+    return stamp.read_text().strip() if stamp.is_file() else None
+
+
 class BuildError(RuntimeError):
     """A reasoner build that cannot proceed; the message names what is missing and how to get it."""
 

@@ -5,7 +5,8 @@ to explain in plain English how to solve it, without code; the explanation is cu
 repeated lines are dropped, and an unfinished last line is removed (:func:`clean_reasoning`). The answer
 is the base model's own greedy answer to the plain prompt, kept only if it finished and holds a
 ```` ```python ```` block. Word problems come with their reasoning and answer written out
-(:mod:`.word_problems`). One JSONL row per example: ``{"id", "messages", "reasoning", "answer"}``.
+(:mod:`.word_problems`), ClassEval training tasks with a plan written from their docstrings and their reference
+solution (:mod:`.classeval`). One JSONL row per example: ``{"id", "messages", "reasoning", "answer"}``.
 
 ``python -m ssr_sglang.models.smollm2_reasoner.distill OUT.jsonl`` (about 20 minutes on one core).
 """
@@ -94,7 +95,16 @@ def main(argv=None) -> int:
     p.add_argument("out", help="JSONL file to write (appended to: an interrupted run resumes)")
     p.add_argument("--code-limit", type=int, default=None, help="only the first N training HumanEval problems")
     p.add_argument("--word-problems", type=int, default=80)
+    p.add_argument("--classeval", default=None, help="ClassEval_data.json: also append its training tasks' rows "
+                                                     "(plans written from the docstrings, see .classeval)")
+    p.add_argument("--classeval-limit", type=int, default=None, help="only the first N ClassEval training tasks")
+    p.add_argument("--classeval-only", action="store_true", help="append the ClassEval rows and nothing else")
     args = p.parse_args(argv)
+    out = Path(args.out)
+    if args.classeval:
+        append_classeval(out, Path(args.classeval), args.classeval_limit)
+    if args.classeval_only:
+        return 0
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -104,10 +114,20 @@ def main(argv=None) -> int:
     base = cached_smollm2()
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16).eval()
-    out = Path(args.out)
     distill_code(model, tok, data.code_tasks("train")[:args.code_limit], out)
     append_word_problems(out, args.word_problems)
     return 0
+
+
+def append_classeval(out: Path, path: Path, limit) -> None:
+    """Append the rows of the first ``limit`` ClassEval training tasks not already in ``out``."""
+    from ssr_sglang.models.smollm2_reasoner import classeval
+
+    done = {json.loads(l)["id"] for l in out.read_text().splitlines()} if out.exists() else set()
+    with open(out, "a") as f:
+        for row in classeval.training_rows(path, limit):
+            if row["id"] not in done:
+                f.write(json.dumps(row) + "\n")
 
 
 def append_word_problems(out: Path, n: int) -> None:

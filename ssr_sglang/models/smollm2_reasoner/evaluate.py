@@ -32,19 +32,32 @@ def passes(problem: dict, answer: str, timeout: float = 10.0) -> bool:
     for completions; a full function definition in the answer then overrides the stub."""
     program = (problem["prompt"] + "    pass\n\n" + extract_code(answer) + "\n\n" + problem["test"] + "\n"
                + f"check({problem['entry_point']})\n")
+    return _run(program, timeout)
+
+
+def passes_classeval(row: dict, answer: str, timeout: float = 20.0) -> bool:
+    """Whether the answer's class passes every unit test of the ClassEval row (in a fresh interpreter)."""
+    program = (extract_code(answer) + "\n\n" + row["test"] + "\n\nif __name__ == '__main__':\n"
+               "    unittest.main()\n")
+    return _run(program, timeout)
+
+
+def _run(program: str, timeout: float) -> bool:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(program)
     try:
-        r = subprocess.run([sys.executable, f.name], capture_output=True, timeout=timeout)
-        return r.returncode == 0
+        return subprocess.run([sys.executable, f.name], capture_output=True, timeout=timeout).returncode == 0
     except subprocess.TimeoutExpired:
         return False
 
 
 def score(task: dict, answer: str) -> bool:
-    """Pass@1 for a code task (``task["problem"]``), exact match for a word problem (``task["final"]``)."""
+    """Pass@1 for a code task (``task["problem"]``: HumanEval, ``task["row"]``: ClassEval), exact match for a
+    word problem (``task["final"]``)."""
     if "problem" in task:
         return passes(task["problem"], answer)
+    if "row" in task:
+        return passes_classeval(task["row"], answer)
     return word_problems.parse_answer(answer) == task["final"]
 
 
@@ -56,11 +69,15 @@ def split_output(text: str, tok) -> tuple:
     return True, len(tok(reasoning, add_special_tokens=False).input_ids), answer
 
 
-def held_out_tasks(n_code: int, n_word: int, offset: int = 0) -> list:
-    """Held-out code problems ``offset .. offset + n_code`` and word problems likewise."""
-    from ssr_sglang.models.smollm2_reasoner import data
+def held_out_tasks(n_code: int, n_word: int, offset: int = 0, n_classeval: int = 0, classeval_path=None) -> list:
+    """Held-out code problems ``offset .. offset + n_code``, word problems likewise, and the first
+    ``n_classeval`` held-out ClassEval tasks (from ``classeval_path``)."""
+    from ssr_sglang.models.smollm2_reasoner import classeval, data
 
-    return data.code_tasks("heldout")[offset:offset + n_code] + data.word_tasks("heldout", offset + n_word)[offset:]
+    out = data.code_tasks("heldout")[offset:offset + n_code] + data.word_tasks("heldout", offset + n_word)[offset:]
+    if n_classeval:
+        out += classeval.tasks(classeval.load(classeval_path), "heldout")[:n_classeval]
+    return out
 
 
 def run(model_dir, tasks: list, reasoner: bool, batch: int = 10, answer_budget: int = 320, progress=None) -> list:
@@ -101,4 +118,5 @@ def summary(rows: list) -> dict:
         return {"n": len(sel), "closed": len(closed) if sel[0]["closed"] is not None else None,
                 "correct": sum(r["correct"] for r in sel),
                 "mean_reasoning_tokens": sum(r["reasoning_tokens"] for r in closed) / len(closed) if closed else None}
-    return {"code (HumanEval held-out)": part("HumanEval"), "word problems (held-out)": part("word/")}
+    return {"code (HumanEval held-out)": part("HumanEval"), "word problems (held-out)": part("word/"),
+            "code (ClassEval held-out)": part("ClassEval")}

@@ -76,14 +76,17 @@ def cut_after_list(row: dict):
 
 
 def with_cut_copies(rows: list) -> list:
-    """``rows`` and, for each code row (whose reasoning is distilled), its :func:`cut_after_list` copy."""
-    cuts = [c for r in rows if not r["id"].startswith("word/") and (c := cut_after_list(r)) is not None]
+    """``rows`` and, for each HumanEval row (whose reasoning is distilled), its :func:`cut_after_list` copy."""
+    cuts = [c for r in rows if r["id"].startswith("HumanEval/") and (c := cut_after_list(r)) is not None]
     return rows + cuts
 
 
 def train(data_path: Path, out_path: Path, epochs: int = 3, lr: float = 1e-3, accum: int = 2, r: int = 8,
-          alpha: float = 16.0, seed: int = 0, max_len: int = 640, first_layer: int = 18, cut_copies: bool = True) -> dict:
-    """Train and save the adapter to ``out_path``; returns ``{"steps", "loss_first", "loss_last", "seconds"}``."""
+          alpha: float = 16.0, seed: int = 0, max_target: int = 512, first_layer: int = 18,
+          cut_copies: bool = True) -> dict:
+    """Train and save the adapter to ``out_path``; returns ``{"steps", "loss_first", "loss_last", "seconds"}``.
+    Each example keeps its whole prompt and at most ``max_target`` tokens after it (a long ClassEval answer is
+    trained on its start: the reasoning, the think end and the first part of the class)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -100,7 +103,7 @@ def train(data_path: Path, out_path: Path, epochs: int = 3, lr: float = 1e-3, ac
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     rows = load_rows(data_path)
     examples = [encode_row(tok, row, template) for row in (with_cut_copies(rows) if cut_copies else rows)]
-    examples = [(ids[:max_len], n) for ids, n in examples]
+    examples = [(ids[:n + max_target], n) for ids, n in examples]
     total = epochs * len(examples) // accum
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.05, 1 - s / max(total, 1)))
     rng, losses, t0, step = random.Random(seed), [], time.time(), 0
@@ -125,6 +128,7 @@ def train(data_path: Path, out_path: Path, epochs: int = 3, lr: float = 1e-3, ac
                           f"{time.time() - t0:.0f}s", flush=True)
     lora.save(wrapped, out_path, r, alpha)
     head, tail = losses[:40], losses[-40:]
-    return {"steps": step, "epochs": epochs, "examples": len(examples), "cut_copies": cut_copies, "first_layer": first_layer, "r": r,
+    return {"steps": step, "epochs": epochs, "examples": len(examples), "cut_copies": cut_copies, "max_target": max_target,
+            "first_layer": first_layer, "r": r,
             "alpha": alpha, "lr": lr,
             "loss_first": sum(head) / len(head), "loss_last": sum(tail) / len(tail), "seconds": time.time() - t0}
