@@ -145,3 +145,13 @@ def test_main_job_reasoner_tasks_alternate_and_skip_warmup():
     word = next(t for t in timed if t["id"].startswith("word"))
     final = data.word_tasks("heldout", 10)[int(word["id"].split("/")[1]) - data.HELD_OUT_SEED0]["final"]
     assert word["score"](f"Answer: {final}") and not word["score"]("Answer: -1")
+
+
+def test_classeval_answer_is_scored_by_the_task_unit_tests():
+    from ssr_sglang.models.smollm2_reasoner import evaluate
+
+    row = {"test": "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+                   "        self.assertEqual(C().f(), 1)\n"}
+    task = {"id": "ClassEval_3", "row": row}
+    assert evaluate.score(task, "```python\nclass C:\n    def f(self):\n        return 1\n```")
+    assert not evaluate.score(task, "```python\nclass C:\n    def f(self):\n        return 2\n```")

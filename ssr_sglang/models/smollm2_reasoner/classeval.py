@@ -5,7 +5,8 @@ ClassEval (FudanSELab, MIT) asks for a whole Python class from its skeleton. The
 ``benchmarks/latency.py --dataset classeval`` sends (:func:`prompt`). Task ``ClassEval_<k>`` is held out when
 ``k % 3 == 0`` and trains otherwise, by its number, so the split does not depend on which copy of the data is
 at hand. A training row's reasoning is not distilled: the base model cannot plan a class in 180 tokens, so
-:func:`plan` writes one from the class description and each method's docstring (in sentences, no code); the answer is the task's reference solution in a ```` ```python ```` block.
+:func:`plan` writes one from the class description and each method's docstring (in sentences, no code); the
+answer is the task's reference solution in a ```` ```python ```` block.
 
 Example: the second method ``def count(n)`` documented ``Counts the arrangements. If m is None, ...`` becomes
 the plan line ``2. `count`: Counts the arrangements.``

@@ -9,6 +9,7 @@ word problem's ``Answer: N``. The base model answers the same prompts with its o
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -43,12 +44,15 @@ def passes_classeval(row: dict, answer: str, timeout: float = 20.0) -> bool:
 
 
 def _run(program: str, timeout: float) -> bool:
+    """Whether ``program`` exits 0 in a fresh interpreter within ``timeout`` (its file is removed after)."""
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(program)
     try:
         return subprocess.run([sys.executable, f.name], capture_output=True, timeout=timeout).returncode == 0
     except subprocess.TimeoutExpired:
         return False
+    finally:
+        os.unlink(f.name)
 
 
 def score(task: dict, answer: str) -> bool:
