@@ -33,13 +33,19 @@ Expected saving of a draft forked after ``r`` reasoning tokens::
 
 Expected cost::
 
-    C = B * (t_prefill + (D / a_self) * c_draft)
+    C = B * (t_prefill + c_draft * E[ min(D / a_self, (R - r) / v) | R > r ])
 
-* ``D = min(draft cap, A)`` tokens the draft writes, ``a_self`` its own tokens per step (a draft
-  seeded with an earlier draft's answer accepts much of it per step), ``c_draft`` the measured extra
-  seconds one draft adds to a reasoning step at this batch size (whole scheduler iterations),
-  ``t_prefill`` the measured draft prefill time (its share of the pass, and what the step after it
-  finishes of its work);
+* ``D`` tokens the draft writes before it ends on its own: learned from the server's drafts, the
+  tokens all of them wrote (those cut short -- replaced by a newer draft, pruned, their request ended
+  -- included) per draft that ended on its own, with one pseudo draft of ``min(draft cap, A)`` tokens
+  as the prior; at most the cap. ``a_self`` the draft's own tokens per step (a draft seeded with an
+  earlier draft's answer accepts much of it per step);
+* ``v`` the request's reasoning tokens per step: the draft is priced only for the reasoning steps it
+  runs beside, at most until the reasoning ends (the saving counts only what it wrote by then, and in
+  the answer phase a draft runs on only while it supplies accepted tokens);
+* ``c_draft`` the measured extra seconds one draft adds to a reasoning step at this batch size
+  (whole scheduler iterations), ``t_prefill`` the measured draft prefill time (its share of the
+  pass, and what the step after it finishes of its work);
 * both priced by the draft's context length ``L`` (a draft's decode re-reads its whole KV cache, a
   fork's prefill attends to all of it): ``c_draft`` at the draft's mean context over its life (the
   fork's ``L`` plus ``D / 2``), ``t_prefill`` at the fork's ``L``, each from a line fitted to the
@@ -59,9 +65,10 @@ Worked example (hypothetical figures of a small model on a CPU, batch 1): ``A = 
 ``a = 7``, earlier ones at ``a = 2``. A draft at distance 16 saves ``90 * 0.008 * (1/1.8 - 1/7) =
 0.30 s`` if it is complete, one at distance 80 saves ``0.04 s``. At ``r = 40`` with reasoning
 lengths seen 60-110 a fork is mostly far from the end: ``S ~ 0.08 s``. An unseeded draft
-(``D = 90``, ``a_self = 1.8``) beside steps that it makes ``c_draft = 3.4 ms`` slower, plus a
-20 ms prefill, costs ``C = 0.02 + 50 * 0.0034 = 0.19 s`` -> no draft. At ``r = 80``, ``S ~ 0.21 s
-> C`` -> fork. On a GPU, where ``c_draft`` is near zero, ``S > C`` almost always holds and the
+(``D = 90``, ``a_self = 1.8``: 50 steps) beside steps that it makes ``c_draft = 3.4 ms`` slower, plus
+a 20 ms prefill, costs ``C = 0.02 + 50 * 0.0034 = 0.19 s`` where the reasoning runs on for more
+than 50 steps; with reasoning at ``v = 1.5`` tokens per step, the 20-70 tokens left take 13-47
+steps, ``C ~ 0.02 + 30 * 0.0034 = 0.12 s`` -> no draft. At ``r = 80``, ``S ~ 0.21 s > C`` -> fork. On a GPU, where ``c_draft`` is near zero, ``S > C`` almost always holds and the
 policy drafts as the paper does.
 
 Until the server has seen ``MIN_HISTORY`` reasoning requests (and while a request reasons longer
@@ -99,9 +106,19 @@ CONTROL_WINDOW = 4  # a_plain comes from this many most recent control requests
 A_PLAIN_DOUBT = 0.25  # a decision hinges on a_plain if it flips with a_plain this much higher or lower
 EXPLORE_DISCOUNT = 0.5  # an exploring draft must pay at this share of the cost estimated from another batch size
 PRIOR_TOKENS = 1.0  # pseudo answer tokens behind the optimistic prior of an unmeasured fork distance
+WAIT_STEPS = 8  # a fork that pays now is weighed against forks this many reasoning tokens later, and doubling
 CONTEXT_SPREAD = 0.2  # a cost is priced by context once its samples' halves differ by this share in context
 BUCKETS = 64
 _CENTRES = np.arange(1, BUCKETS) - 1 + np.log2(1.5)  # log2 of the middle of buckets 1.. (2**(b-1) to 2**b - 1)
+
+
+def _net(d: Decision) -> float:
+    """Expected seconds a fork decision gains (saving or gain less cost; with a seeded successor, if
+    that pays more): what forking now is worth."""
+    x = d.inputs
+    if "gain_s" in x:
+        return x["gain_s"] - x["cost_s"]
+    return max(x["saving_s"] - x["cost_s"], x.get("with_successor_saving_s", 0.0) - x.get("with_successor_cost_s", 0.0))
 
 
 def bucket(n: int) -> int:
@@ -272,8 +289,10 @@ class DraftPolicy:
         self._hinges = False  # the last first-draft decision would flip with a_plain A_PLAIN_DOUBT off
         self._ssr = [0, 0]  # the same with a draft proposal
         self._self = {True: [0, 0], False: [0, 0]}  # seeded -> draft tokens, draft steps
+        self._drafts: Deque[Tuple[int, bool]] = collections.deque(maxlen=HISTORY)  # tokens written, ended on its own
         self._replay: Dict[int, List[float]] = collections.defaultdict(lambda: [0.0, 0.0])  # tokens, steps
         self._inv_accept = np.full(BUCKETS, 1.0 / self.max_accept)  # bucket of fork distance -> 1 / a(d)
+        self._replayed = np.zeros(BUCKETS, dtype=bool)  # ... measured (not the prior alone)
 
     # -- measurements ---------------------------------------------------
     def observe_step(self, batch_size: int, drafts: int, seconds: float, reasoning: bool,
@@ -404,12 +423,20 @@ class DraftPolicy:
             acc[0] += tokens
             acc[1] += steps
             self._inv_accept[b] = 1.0 / self._replay_accept(b)
+            self._replayed[b] = True
 
     def observe_draft(self, seeded: bool, tokens: int, steps: int) -> None:
-        """A draft ended after writing ``tokens`` in ``steps`` decode steps."""
+        """A draft ended on its own (a stop token, its cap) after writing ``tokens`` in ``steps`` decode
+        steps."""
         acc = self._self[seeded]
         acc[0] += tokens
         acc[1] += steps
+        self._drafts.append((max(0, int(tokens)), True))
+
+    def observe_draft_cut(self, tokens: int) -> None:
+        """A draft was cut short (replaced, pruned, its request ended) after writing ``tokens``: it would
+        have written at least that many."""
+        self._drafts.append((max(0, int(tokens)), False))
 
     # -- derived --------------------------------------------------------
     @property
@@ -425,6 +452,30 @@ class DraftPolicy:
             return cap
         longest = sorted(self._answers)[int(0.9 * (len(self._answers) - 1))]
         return max(1, min(cap, int(1.25 * longest) + 8))
+
+    def draft_length(self, cap: int) -> float:
+        """Tokens a draft writes before it ends on its own, at most ``cap``: every recent draft's tokens
+        (a cut draft's count as far as it got) per draft that ended on its own, one pseudo draft of
+        ``min(cap, answer length)`` tokens included (the estimate for lengths seen only in part).
+
+        >>> p = DraftPolicy()
+        >>> for _ in range(4):
+        ...     p.observe_request(80, 400, (400, 100), (0, 0), [])
+        >>> p.draft_length(512)  # no draft yet: the answers' length
+        400.0
+        >>> for _ in range(3):
+        ...     p.observe_draft(False, 140, 90)   # drafts stop well before the answer's length
+        >>> p.observe_draft_cut(60)               # one replaced after 60 tokens
+        >>> (400 + 3 * 140 + 60) / 4
+        220.0
+        >>> p.draft_length(512), p.draft_length(128)
+        (220.0, 128.0)
+        """
+        answer = self.answer_length()
+        prior = min(cap, answer) if answer > 0 else cap
+        written = sum(t for t, _ in self._drafts)
+        ended = sum(1 for _, e in self._drafts if e)
+        return float(min(cap, (written + prior) / (ended + 1)))
 
     def a_plain(self) -> float:
         """Answer tokens per verify step without drafts: from the last ``CONTROL_WINDOW`` control requests
@@ -456,18 +507,44 @@ class DraftPolicy:
         return len(self._sorted_len) - int(np.searchsorted(self._sorted_len, r, side="right"))
 
     def _values(self, r: int, tokens_per_step: float, draft_len: float, a_self: float, a_plain: float,
-                at: int, written: int) -> np.ndarray:
+                at: int, written: int, measured: bool = False) -> np.ndarray:
         """Per recent reasoning length ``R > r``: answer steps saved per answer token by a draft
         forked after ``at`` tokens that has ``written`` of ``draft_len`` tokens and writes ``a_self``
-        per step while the reasoning goes on at ``tokens_per_step`` (0 for requests never answered)."""
+        per step while the reasoning goes on at ``tokens_per_step`` (0 for requests never answered).
+        ``measured``: from replays alone (:meth:`_measured_inv_accept`), not the optimistic prior."""
         i = int(np.searchsorted(self._sorted_len, r, side="right"))
         longer = self._sorted_len[i:]
         # 1 / a(d), interpolated in log2(d) between the buckets' centres: a fork moved by a few
         # tokens changes its expected worth a little, not by a bucket's jump.
         x = np.log2(np.maximum(longer - at, 1).astype(np.float64))
-        inv = np.interp(x, _CENTRES, self._inv_accept[1:])
+        table = self._measured_inv_accept(a_plain) if measured else self._inv_accept
+        inv = np.interp(x, _CENTRES, table[1:])
         done = np.minimum(1.0, (written + a_self * (longer - r) / max(tokens_per_step, 1e-6)) / max(draft_len, 1.0))
         return np.maximum(0.0, 1.0 / a_plain - inv) * done * self._sorted_answered[i:]
+
+    def _measured_inv_accept(self, a_plain: float) -> np.ndarray:
+        """``1 / a(d)`` per bucket from replays alone: an unreplayed fork distance is taken to be as good
+        as the nearest replayed longer one (a draft forked closer to the answer is no worse), and with
+        none, no better than no draft.
+
+        >>> p = DraftPolicy(max_accept=12)
+        >>> p.observe_request(100, 90, (90, 50), (0, 0), [(80, 60, 10)])   # d = 20: bucket 5, a = 6
+        >>> [round(float(1 / x), 1) for x in p._measured_inv_accept(1.8)[3:7]]   # buckets 3-6
+        [6.0, 6.0, 6.0, 1.8]
+        """
+        idx = np.where(self._replayed, np.arange(BUCKETS), BUCKETS)
+        nearest = np.minimum.accumulate(idx[::-1])[::-1]  # the nearest replayed bucket at or above each
+        return np.where(nearest < BUCKETS, self._inv_accept[np.minimum(nearest, BUCKETS - 1)], 1.0 / a_plain)
+
+    def _draft_steps(self, r: int, tokens_per_step: float, draft_len: float, a_self: float, start: int) -> float:
+        """Expected reasoning steps a draft forked after ``start`` reasoning tokens runs beside, over the
+        recent reasoning lengths ``R > r`` (0 where ``R <= start``): its ``draft_len / a_self`` steps, or
+        fewer where the reasoning ends sooner (``(R - start) / tokens_per_step`` steps)."""
+        longer = self._sorted_len[int(np.searchsorted(self._sorted_len, r, side="right")):]
+        if not len(longer):
+            return 0.0
+        left = np.maximum(longer - start, 0) / max(tokens_per_step, 1e-6)
+        return float(np.minimum(draft_len / max(a_self, 1e-6), left).mean())
 
     def summary(self) -> dict:
         """What the policy has measured, for ``/server_info`` (times in seconds, per batch bucket
@@ -516,14 +593,39 @@ class DraftPolicy:
         if d.fork and not doubt[0] and len(self._control) < CONTROL_WINDOW:
             return Decision(False, f"in doubt: no gain were a_plain {A_PLAIN_DOUBT:.0%} higher, and only "
                                    f"{len(self._control)} of {CONTROL_WINDOW} control requests measured it", d.inputs)
+        if d.fork:
+            later = self._later(v, b, a_plain, per_step)
+            if later is not None and later[1] > _net(d):
+                d.inputs.update(wait_until=later[0], later_net_s=later[1])
+                return Decision(False, "waiting: a later fork is expected to be worth more", d.inputs)
         return d
+
+    def _later(self, v: RequestView, b: int, a_plain: float, per_step: float) -> Optional[Tuple[int, float]]:
+        """The best later fork point and its expected net worth now, over forks ``WAIT_STEPS`` tokens
+        later (doubling): its net worth were the reasoning to reach it, times the chance it does, from
+        measured fork distances only (the optimistic prior of an unmeasured one is a reason to try it,
+        which forking now does, not to wait for it). None where no later point has ``MIN_HISTORY``
+        recent reasoning lengths beyond it."""
+        r, n = v.reasoning_tokens, self.longer_than(v.reasoning_tokens)
+        best, gap = None, WAIT_STEPS
+        while True:
+            later = r + gap
+            m = self.longer_than(later)
+            if m < MIN_HISTORY:
+                return best
+            ctx = v.context_tokens + gap if v.context_tokens > 0 else 0
+            worth = m / n * _net(self._weigh(dataclasses.replace(v, reasoning_tokens=later, context_tokens=ctx),
+                                             b, a_plain, per_step, measured=True))
+            if best is None or worth > best[1]:
+                best = (later, worth)
+            gap *= 2
 
     def _draft_context(self, v: RequestView) -> Optional[float]:
         """The mean context length over the life of a draft forked now (None: unknown): its input, plus
         half of what it will write."""
         if v.context_tokens <= 0:
             return None
-        return v.context_tokens + 0.5 * min(v.draft_cap, self.answer_length())
+        return v.context_tokens + 0.5 * self.draft_length(v.draft_cap)
 
     def _draft_step_cost(self, b: int, context: Optional[float] = None) -> Tuple[Optional[float], Optional[str]]:
         """The extra seconds a draft of mean context ``context`` adds to a reasoning step at batch bucket
@@ -542,30 +644,32 @@ class DraftPolicy:
         k = near[0][1]
         return max(0.0, self._extra[k].at(context)), f"estimated from batch size {2 ** (k - 1)}-{2 ** k - 1}"
 
-    def _weigh(self, v: RequestView, b: int, a_plain: float, per_step: float) -> Decision:
-        """Saving against cost at a draft cost of ``per_step`` seconds per reasoning step (no side effects)."""
+    def _weigh(self, v: RequestView, b: int, a_plain: float, per_step: float, measured: bool = False) -> Decision:
+        """Saving against cost at a draft cost of ``per_step`` seconds per reasoning step (no side effects);
+        ``measured``: as :meth:`_values`."""
         r = v.reasoning_tokens
         a_draft = self._rate(self._ssr, self.max_accept)
         # A seeded draft decodes against an earlier draft as the answer does: until seeded drafts are
         # measured, they are taken to accept as many tokens per step as the answer does.
         a_new = self._rate(self._self[True], a_draft) if v.latest else self._rate(self._self[False], a_plain)
         answer = self.answer_length()
-        draft_len = min(v.draft_cap, answer)
+        draft_len = self.draft_length(v.draft_cap)
         step, answer_step = self._step[b], self._answer_step.get(b)
         t_answer = answer_step.value if answer_step is not None and answer_step.n else step.value
         scale = answer * t_answer  # seconds per (answer steps saved per answer token)
-        new = self._values(r, v.reasoning_tokens_per_step, draft_len, a_new, a_plain, r, 0)
+        new = self._values(r, v.reasoning_tokens_per_step, draft_len, a_new, a_plain, r, 0, measured)
         saving = scale * float(new.mean())
         sharers = max(1, v.batch_size)
         prefill = max(0.0, self._prefill.at(v.context_tokens if v.context_tokens > 0 else None))
-        cost = sharers * (prefill + draft_len / max(a_new, 1e-6) * per_step)
+        steps = self._draft_steps(r, v.reasoning_tokens_per_step, draft_len, a_new, r)
+        cost = sharers * (prefill + steps * per_step)
         inputs = {"answer_tokens": answer, "step_s": t_answer, "a_plain": a_plain, "a_self": a_new,
-                  "saving_s": saving, "draft_step_s": per_step, "prefill_s": prefill,
-                  "sharers": sharers, "cost_s": cost, "context_tokens": v.context_tokens}
+                  "saving_s": saving, "draft_tokens": draft_len, "draft_steps": steps, "draft_step_s": per_step,
+                  "prefill_s": prefill, "sharers": sharers, "cost_s": cost, "context_tokens": v.context_tokens}
         if v.latest is None:
-            return self._first(v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs)
+            return self._first(v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs, measured)
         at, written, _ = v.latest
-        old = self._values(r, v.reasoning_tokens_per_step, draft_len, 0.0, a_plain, at, written)
+        old = self._values(r, v.reasoning_tokens_per_step, draft_len, 0.0, a_plain, at, written, measured)
         gain = scale * float((np.maximum(new, old) - old).mean())
         inputs.update(gain_s=gain)
         if gain > cost:
@@ -596,7 +700,8 @@ class DraftPolicy:
         self._explored[b] = self._steps
         return Decision(True, f"exploring: draft cost at batch size {v.batch_size} not measured lately", inputs)
 
-    def _first(self, v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs) -> Decision:
+    def _first(self, v, new, saving, cost, scale, a_plain, a_draft, draft_len, per_step, inputs,
+               measured=False) -> Decision:
         """The first draft is also worth what it enables: a seeded draft forked when it is done,
         which writes faster and closer to the answer. Worth it if the pair pays, or the draft alone."""
         r, tps = v.reasoning_tokens, v.reasoning_tokens_per_step
@@ -609,10 +714,10 @@ class DraftPolicy:
         j = int(np.searchsorted(self._sorted_len, r1, side="right")) - i
         succ = np.zeros(len(longer))
         if later.any():
-            succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_plain, r1, 0)
+            succ[j:] = self._values(r1, tps, draft_len, a_seeded, a_plain, r1, 0, measured)
         pair = scale * float(np.maximum(new, succ).mean())
-        pair_cost = cost + float(later.mean()) * inputs["sharers"] * (
-            inputs["prefill_s"] + draft_len / max(a_seeded, 1e-6) * per_step)
+        pair_cost = cost + inputs["sharers"] * (float(later.mean()) * inputs["prefill_s"]
+                                                + self._draft_steps(r, tps, draft_len, a_seeded, r1) * per_step)
         inputs.update(with_successor_saving_s=pair, with_successor_cost_s=pair_cost)
         if saving > cost:
             return Decision(True, "saving > cost", inputs)

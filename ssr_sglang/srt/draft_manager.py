@@ -604,6 +604,9 @@ class DraftManager:
         self.policy.observe_request(st.reasoning_len, len(answer), plain,
                                     (c.draft_answer_tokens, c.draft_answer_steps), st.draft_replays(answer),
                                     control=control)
+        for b in st.drafts:  # drafts that ended on their own were observed as they ended (_draft_ended)
+            if b.cancelled:
+                self.policy.observe_draft_cut(b.consumed)
 
     def _draft_ended(self, st: RequestSSR, req) -> None:
         """A draft request ended: close its branch, keep its length and steps for the parent's
