@@ -171,7 +171,12 @@ def _abort(scheduler, rid: str) -> None:
 
 class DraftManager:
     def __init__(self, cfg: ServerConfig, think: ThinkIds, num_nodes: int, vocab_size: Optional[int],
-                 max_draft_batch: int, policy: Optional[DraftPolicy], device: str = "cpu"):
+                 max_draft_batch: int, policy: Optional[DraftPolicy], device: str = "cpu", width=None,
+                 overlap_schedule: Optional[bool] = None, check_trees: bool = False):
+        """``width``: the worker's :class:`~ssr_sglang.srt.verify_width.VerifyWidth`, which rates each
+        verify step when its result is processed (None: nothing to rate); ``overlap_schedule``: whether
+        the scheduler overlaps steps (None: not reported); ``check_trees``: tests count duplicate
+        siblings in every verified tree (``tree_stats``)."""
         self.cfg = cfg
         self.think = think
         self.num_nodes = num_nodes  # tree nodes per verify step (--speculative-num-draft-tokens)
@@ -187,11 +192,12 @@ class DraftManager:
         # drafts_preempted: drafts aborted to make room for real requests (preempt_drafts)
         self.lifecycle_counts = {"ended_by_abort_output": 0, "reconciled": 0, "drafts_preempted": 0}
         self._waiting: set = set()  # real requests seen waiting at the last step (preempt_drafts)
-        self.tree_stats: Optional[dict] = None  # tests (SSR_TEST_CHECK_TREES): counted by the worker
-        self.width_policy = None  # the worker's WidthPolicy under SSR_VERIFY_WIDTH=auto (/server_info)
-        self.on_result = None  # the worker's callback (batch, result) when a step's result is processed
-        # the worker's: overlap scheduling on, and the decode steps proposed from pending tokens
-        self.overlap: Optional[dict] = None
+        # tests (SSR_TEST_CHECK_TREES): counted by the worker
+        self.tree_stats = {"tree_checks": 0, "duplicate_siblings_seen": 0, "siblings_renamed": 0} \
+            if check_trees else None
+        self.width = width
+        # overlap scheduling on, and the decode steps the worker proposed from pending tokens
+        self.overlap = {"schedule": overlap_schedule, "pending_steps": 0} if overlap_schedule is not None else None
         self.clock = StageClock(policy, num_nodes, cuda=str(device).startswith("cuda"))
 
     # -- registry -----------------------------------------------------------------------------
@@ -271,8 +277,8 @@ class DraftManager:
         try:
             faults.hit("step", [r.rid for r in batch.reqs])
             self.clock.charge(batch, self.requests, result)  # the result's host copies are ready after this
-            if self.on_result is not None and result is not None:
-                self.on_result(batch, result)
+            if self.width is not None and result is not None:
+                self.width.rate(result)
         except Exception as e:  # noqa: BLE001 - SSR must never fail a batch
             if result is not None:
                 result.ssr_step = None
@@ -352,8 +358,9 @@ class DraftManager:
             d["overlap"] = dict(self.overlap)
         if self.policy is not None:
             d["policy"] = self.policy.summary()
-        if self.width_policy is not None:
-            d["verify_width"] = self.width_policy.summary()
+        widths = self.width.summary() if self.width is not None else None
+        if widths is not None:
+            d["verify_width"] = widths
         return d
 
     # -- forking ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import torch
 
 from ssr_sglang.srt import overlap
 from ssr_sglang.srt.stage_clock import StageClock
+from ssr_sglang.srt.verify_width import VerifyWidth
 
 
 def test_joined_outputs_reads_as_the_concatenation():
@@ -208,7 +209,8 @@ def _overlap_worker(monkeypatch, fallback: str, order: list):
     monkeypatch.setattr(NGRAMWorker, "_prepare_for_speculative_decoding", ngram_prepare_for_spec)
     w = _worker(None)
     w.ssr_config = NS(reasoning_fallback=fallback)
-    w.enable_overlap, w.draft_token_num, w.width_policy, w.adaptive_width, w.check_trees = True, 4, None, False, False
+    w.enable_overlap, w.draft_token_num, w.check_trees = True, 4, False
+    w.width = VerifyWidth(4, adaptive=False, policy=None)
     w.manager.overlap = {"schedule": True, "pending_steps": 0}
     return w
 
@@ -323,14 +325,12 @@ def test_width_rating_waits_for_the_processed_result():
     """Issue 36: the width policy's rating of a verify step runs when the step's result is processed (the
     manager's before_batch, after the stage clock: host tensors by then), not after the forward; once."""
     from ssr_sglang.core.width import WidthPolicy
-    from ssr_sglang.srt.worker import SSRWorker
 
     w = _worker(None)
-    w.width_policy = WidthPolicy(4)
+    w.manager.width = control = VerifyWidth(4, adaptive=True, policy=WidthPolicy(4))
     seen = []
-    w.width_policy.observe_paths = lambda kind, ps, width: seen.append((kind, ps, width))
-    w.width_policy.observe_choice = lambda bs, s: seen.append(("choice", bs))
-    w.manager.on_result = w.rate_result
+    control.policy.observe_paths = lambda kind, ps, width: seen.append((kind, ps, width))
+    control.policy.observe_choice = lambda bs, s: seen.append(("choice", bs))
     tokens = np.array([[9, 5, 6, 7], [3, 4, 4, 4]])
     parents = np.array([[-1, 0, 0, 1], [-1, 0, 1, 2]])
     result = NS(ssr_rating=((tokens, parents), ["drafts", "ngram-answer"], 4, 0.0),
@@ -338,5 +338,5 @@ def test_width_rating_waits_for_the_processed_result():
     batch = NS(reqs=[NS(rid="a"), NS(rid="b")], forward_mode=NS(is_decode=lambda: True))
     w.manager.before_batch(batch, result)
     assert seen == [("drafts", [[1, 3]], 4), ("ngram-answer", [[1]], 4), ("choice", 2)]
-    SSRWorker.rate_result(w, batch, result)
+    control.rate(result)
     assert len(seen) == 3 and result.ssr_rating is None

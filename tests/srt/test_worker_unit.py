@@ -41,13 +41,15 @@ def test_padding_made_distinct_the_same_way_batched_or_not(bs):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_a_narrowed_step_has_the_metadata_of_its_subtree(seed):
-    """``_narrow`` cuts the full tree's verify metadata; it must equal what SGLang's reconstruction gives
+    """``VerifyWidth._narrow`` cuts the full tree's verify metadata; it must equal what SGLang's reconstruction gives
     for the subtree of the first ``width`` nodes (random parent-before-child trees, several widths)."""
     from types import SimpleNamespace
 
     import torch
     from sglang.srt.speculative.ngram_info import NgramVerifyInput
     from sglang.srt.speculative.ngram_worker import reconstruct_indices_from_tree_mask_func
+
+    from ssr_sglang.srt.verify_width import VerifyWidth
 
     rng = np.random.default_rng(seed)
     bs, n = 3, 12
@@ -73,11 +75,11 @@ def test_a_narrowed_step_has_the_metadata_of_its_subtree(seed):
                                 retrieve_next_token=nxt, retrieve_next_sibling=sib, draft_token_num=n)
         batch = SimpleNamespace(reqs=[None] * bs, spec_info=info, seq_lens=seq_lens, input_ids=None,
                                 out_cache_loc=torch.arange(bs * n))
-        host = SimpleNamespace(draft_token_num=n, _width=n)
-        worker.SSRWorker._narrow(host, batch, width)
+        control = VerifyWidth(n, adaptive=True, policy=None)
+        control._narrow(batch, width)
         _, want_pos, want_index, want_next, want_sibling = metadata(mask[:, :width, :width], width)
         got = batch.spec_info
-        assert host._width == width == got.draft_token_num
+        assert control.width == width == got.draft_token_num
         assert got.positions.tolist() == want_pos.tolist()
         assert got.retrieve_index.tolist() == want_index.tolist()
         assert got.retrieve_next_token.tolist() == want_next.tolist()
