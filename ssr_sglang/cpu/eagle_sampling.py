@@ -33,7 +33,6 @@ OP_NAMES = ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p
 # Keyword arguments eagle_sample passes to _verify_uses_greedy.
 PREDICATE_ARGS = ("is_all_greedy", "is_cpu", "is_hip", "is_xpu", "use_rejection_sampling")
 
-_installed = False
 _announced = False
 
 
@@ -76,13 +75,11 @@ def problems() -> list:
 
 def install() -> None:
     """Register the hook (every SGLang process; applied by SGLang's ``load_plugins``). Idempotent."""
-    global _installed
-    if _installed or not wanted():
+    if not wanted():
         return
-    _installed = True
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from ssr_sglang.hook_once import register_once
 
-    HookRegistry.register(TARGET, _verify_uses_greedy, HookType.AROUND)
+    register_once(__name__, [(TARGET, _verify_uses_greedy, "AROUND")])
 
 
 def applied() -> bool:

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 TARGET = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammarBackend.apply_vocab_mask"
 
-_installed = False
 
 
 def install() -> None:
     """Register the hook (every SGLang process of a CPU-engine server). Idempotent."""
-    global _installed
     from ssr_sglang.cpu import bootstrap
 
-    if _installed or not (bootstrap.cpu_engine_requested() and bootstrap.shim_active()):
+    if not (bootstrap.cpu_engine_requested() and bootstrap.shim_active()):
         return
-    _installed = True
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from ssr_sglang.hook_once import register_once
 
-    HookRegistry.register(TARGET, apply_vocab_mask, HookType.AROUND)
+    register_once(__name__, [(TARGET, apply_vocab_mask, "AROUND")])
 
 
 def apply_vocab_mask(original, logits, vocab_mask) -> None:

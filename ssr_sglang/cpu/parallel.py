@@ -42,7 +42,7 @@ GROUP_INIT = "sglang.srt.distributed.parallel_state.init_model_parallel_group"
 TARGETS = (THREADS_BINDING, GROUP_INIT)
 
 def install() -> None:
-    from ssr_sglang.srt.hook_once import register_once
+    from ssr_sglang.hook_once import register_once
 
     register_once(__name__, [(THREADS_BINDING, _bind_groups_hook, "AROUND"), (GROUP_INIT, _group_hook, "AROUND")])
 

@@ -23,18 +23,21 @@ import inspect
 SCHED = "sglang.srt.managers.scheduler.Scheduler"
 TOKENIZER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 
-# Methods SSR hooks (ssr_sglang.srt.hooks.install registers exactly these).
-HOOK_TARGETS = (
-    f"{SCHED}.process_batch_result",
-    f"{SCHED}.get_output_streamer_class",
-    f"{SCHED}.send_abort_output",
-    f"{SCHED}.on_idle",
-    "sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority",
-    "sglang.srt.managers.schedule_batch.ScheduleBatch._get_decode_retraction_order",
-    "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController._add_speculative",
-    f"{TOKENIZER}._create_tokenized_object",
-    f"{TOKENIZER}.update_request_meta_info",
+INTERNAL_STATE = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
+# Methods SSR hooks: (target, function of ssr_sglang.srt.hooks, HookType name); hooks.install registers exactly
+# these.
+HOOKS = (
+    (f"{SCHED}.process_batch_result", "_process_batch_result", "AROUND"),
+    (f"{SCHED}.get_output_streamer_class", "_output_streamer_class", "AROUND"),
+    (f"{SCHED}.send_abort_output", "_send_abort_output", "AROUND"),
+    (f"{SCHED}.on_idle", "_on_idle", "AROUND"),
+    ("sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority", "_calc_priority", "AROUND"),
+    ("sglang.srt.managers.schedule_batch.ScheduleBatch._get_decode_retraction_order", "_retraction_order", "AROUND"),
+    (f"{INTERNAL_STATE}._add_speculative", "_add_speculative", "AFTER"),
+    (f"{TOKENIZER}._create_tokenized_object", "_create_tokenized_object", "AROUND"),
+    (f"{TOKENIZER}.update_request_meta_info", "_update_request_meta_info", "AROUND"),
 )
+HOOK_TARGETS = tuple(target for target, _, _ in HOOKS)
 # Other callables SSR calls or overrides.
 CALLABLES = (
     f"{SCHED}.handle_generate_request",

@@ -43,13 +43,13 @@ import json
 import logging
 from typing import Callable, List, Optional
 
+from ssr_sglang.srt.compat import INTERNAL_STATE, SCHED
+
 logger = logging.getLogger(__name__)
 
 EVERY_ENV = "SSR_TP_CONSENSUS_EVERY"
-SCHED = "sglang.srt.managers.scheduler.Scheduler"
 STEP_TARGET = f"{SCHED}.process_batch_result"
-INFO_TARGET = ("sglang.srt.managers.scheduler_components.internal_state."
-               "SchedulerInternalStateController._add_speculative")
+INFO_TARGET = f"{INTERNAL_STATE}._add_speculative"
 TARGETS = (STEP_TARGET, INFO_TARGET)
 
 
@@ -127,7 +127,7 @@ _made = False
 
 
 def install() -> None:
-    from ssr_sglang.srt.hook_once import register_once
+    from ssr_sglang.hook_once import register_once
 
     register_once(__name__, [(STEP_TARGET, _after_step, "AFTER"), (INFO_TARGET, _after_internal_state, "AFTER")])
 

@@ -30,32 +30,14 @@ import logging
 
 logger = logging.getLogger(__name__)
 
-_installed = False
-SCHED = "sglang.srt.managers.scheduler.Scheduler"
-TOKENIZER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 
 
 def install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    """Register every hook of :data:`~ssr_sglang.srt.compat.HOOKS` (once per process)."""
+    from ssr_sglang.srt.compat import HOOKS
+    from ssr_sglang.hook_once import register_once
 
-    HookRegistry.register(f"{SCHED}.process_batch_result", _process_batch_result, HookType.AROUND)
-    HookRegistry.register(f"{SCHED}.get_output_streamer_class", _output_streamer_class, HookType.AROUND)
-    HookRegistry.register(f"{SCHED}.send_abort_output", _send_abort_output, HookType.AROUND)
-    HookRegistry.register(f"{SCHED}.on_idle", _on_idle, HookType.AROUND)
-    HookRegistry.register("sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority", _calc_priority,
-                          HookType.AROUND)
-    HookRegistry.register("sglang.srt.managers.schedule_batch.ScheduleBatch._get_decode_retraction_order",
-                          _retraction_order, HookType.AROUND)
-    HookRegistry.register(
-        "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController._add_speculative",
-        _add_speculative, HookType.AFTER,
-    )
-    HookRegistry.register(f"{TOKENIZER}._create_tokenized_object", _create_tokenized_object, HookType.AROUND)
-    HookRegistry.register(f"{TOKENIZER}.update_request_meta_info", _update_request_meta_info, HookType.AROUND)
+    register_once(__name__, [(target, globals()[name], kind) for target, name, kind in HOOKS])
 
 
 _scheduler_checked = False

@@ -28,17 +28,13 @@ from __future__ import annotations
 ROW_HEADROOM = "sglang.srt.mem_cache.allocation_sizing.get_req_to_token_extra_context_len"
 TARGETS = (ROW_HEADROOM,)
 
-_installed = False
 
 
 def install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    """Register the fixes (once per process)."""
+    from ssr_sglang.hook_once import register_once
 
-    HookRegistry.register(ROW_HEADROOM, _row_headroom, HookType.AROUND)
+    register_once(__name__, [(ROW_HEADROOM, _row_headroom, "AROUND")])
 
 
 def _row_headroom(original, *args, **kwargs) -> int:

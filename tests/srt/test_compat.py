@@ -18,7 +18,9 @@ def test_hook_targets_are_what_the_plugin_hooks(monkeypatch):
 
     seen = []
     monkeypatch.setattr(HookRegistry, "register", classmethod(lambda cls, target, *a, **k: seen.append(target)))
-    monkeypatch.setattr(hooks, "_installed", False)
+    from ssr_sglang import hook_once
+
+    monkeypatch.setattr(hook_once, "_registered", set())
     hooks.install()
     assert sorted(seen) == sorted(compat.HOOK_TARGETS)
 
