@@ -75,6 +75,9 @@ REQ_ATTRS = ("rid", "output_ids", "origin_input_ids", "origin_input_ids_unpadded
 # Attributes read off the live Scheduler.
 SCHEDULER_ATTRS = ("waiting_queue", "running_batch", "last_batch", "chunked_req", "grammar_manager", "tree_cache",
                    "token_to_kv_pool_allocator", "max_total_num_tokens", "max_req_input_len", "server_args")
+# Attributes the hooks reach the SSR worker through (scheduler_view.worker_of), set in these classes' code:
+# checked before a model loads, since without them every hook would pass through and SSR would do nothing.
+REACH_ATTRS = ((SCHED, "draft_worker"), (INTERNAL_STATE, "scheduler"))
 # Attributes read off the NGRAM worker SSR subclasses.
 WORKER_ATTRS = ("draft_token_num", "device", "enable_overlap")
 
@@ -130,6 +133,9 @@ def check_static() -> None:
     for f in NGRAM_VERIFY_FIELDS:
         if f not in params:
             _fail(f"sglang.srt.speculative.ngram_info.NgramVerifyInput.{f}", "constructor argument")
+    for path, a in REACH_ATTRS:
+        if f"self.{a} = " not in inspect.getsource(resolve(path)):
+            _fail(f"{path}.{a}", "attribute the SSR hooks reach the SSR worker through")
     req = resolve("sglang.srt.managers.schedule_batch.Req")
     source = inspect.getsource(req)
     for a in REQ_ATTRS:

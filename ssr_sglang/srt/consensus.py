@@ -44,6 +44,7 @@ import logging
 from typing import Callable, List, Optional
 
 from ssr_sglang.srt.compat import INTERNAL_STATE, SCHED
+from ssr_sglang.srt.scheduler_view import manager_of, worker_of
 
 logger = logging.getLogger(__name__)
 
@@ -122,10 +123,6 @@ class RankConsensus:
                 "agreed": bool(self.rank_digests) and len(set(self.rank_digests)) == 1}
 
 
-_consensus: Optional[RankConsensus] = None
-_made = False
-
-
 def install() -> None:
     from ssr_sglang.hook_once import register_once
 
@@ -145,30 +142,23 @@ def _torch_gather(group):
     return gather
 
 
-def _owner():
-    """This scheduler's draft manager (its SSR request states), None on a server not serving SSR."""
-    from ssr_sglang.srt import active
-
-    return active.MANAGER
-
-
-def current() -> Optional[RankConsensus]:
-    """This scheduler's consensus check, made on first use: only on an SSR server with TP > 1."""
-    global _consensus, _made
-    if _made:
-        return _consensus
-    if _owner() is None:
-        return None  # not an SSR scheduler (or not yet built): ask again later
-    _made = True
+def make() -> Optional[RankConsensus]:
+    """The consensus check of this SSR worker's rank (made with the worker, which owns it): None unless
+    the TP group has more than one rank and ``SSR_TP_CONSENSUS_EVERY`` is not 0."""
     from sglang.srt.distributed.parallel_state import get_tp_group
 
     tp = get_tp_group()
     every = check_every()
-    if tp.world_size > 1 and every:
-        _consensus = RankConsensus(tp.rank_in_group, tp.world_size, every, _torch_gather(tp.cpu_group))
-        logger.info("SSR rank consensus on: %d TP ranks compare their draft decisions every %d step(s)",
-                    tp.world_size, every)
-    return _consensus
+    if tp.world_size <= 1 or not every:
+        return None
+    logger.info("SSR rank consensus on: %d TP ranks compare their draft decisions every %d step(s)",
+                tp.world_size, every)
+    return RankConsensus(tp.rank_in_group, tp.world_size, every, _torch_gather(tp.cpu_group))
+
+
+def _of(scheduler) -> Optional[RankConsensus]:
+    worker = worker_of(scheduler)
+    return worker.consensus if worker is not None else None
 
 
 def _signature(st) -> tuple:
@@ -184,14 +174,14 @@ def _after_step(result, scheduler, batch, *args, **kwargs):
     """After SSR's bookkeeping of a step (forks, skips, cancels): fold, then compare across ranks. The
     batch's output lengths are host values once its results are processed (in the synchronous and the
     overlap loop alike), so recording them waits for nothing."""
-    con = current()
+    con = _of(scheduler)
     if con is None:
         return result
     if batch is not None:
         lens = ",".join(str(len(r.output_ids)) for r in batch.reqs)
         con.record("accepted", "\0".join(r.rid for r in batch.reqs).encode() + b"\0" + lens.encode(),
                    f"{len(batch.reqs)} requests")
-    m = _owner()
+    m = manager_of(scheduler)
     for rid, st in sorted(m.requests.items()):
         if not st.is_draft:
             con.note_state(rid, _signature(st) + (rid in m.disabled,))
@@ -200,11 +190,11 @@ def _after_step(result, scheduler, batch, *args, **kwargs):
     return result
 
 
-def note_tree(batch) -> None:
-    """A verify step about to launch (called by the worker once its input is final): the batch's rids and
-    the trees handed to the verifier. Read before the forward is launched, so on a GPU it waits only for
-    the copy of the trees just made, never for a forward (the overlap loop keeps its overlap)."""
-    con = current()
+def note_tree(con: Optional[RankConsensus], batch) -> None:
+    """A verify step about to launch (called by the worker once its input is final, with its consensus
+    check ``con``): the batch's rids and the trees handed to the verifier. Read before the forward is
+    launched, so on a GPU it waits only for the copy of the trees just made, never for a forward (the
+    overlap loop keeps its overlap)."""
     if con is None:
         return
     tokens = batch.spec_info.draft_token.detach().to("cpu").numpy().tobytes()
@@ -224,6 +214,7 @@ def _after_internal_state(result, controller, state, *args, **kwargs):
                 ssr[key] = getattr(get_parallel(), key)
             except (AttributeError, RuntimeError):  # not written in this process
                 ssr[key] = None
-        if _consensus is not None:
-            ssr["consensus"] = _consensus.summary()
+        con = _of(controller.scheduler)
+        if con is not None:
+            ssr["consensus"] = con.summary()
     return result

@@ -50,7 +50,7 @@ from ssr_sglang.srt.config import RequestConfig, ServerConfig, SSRConfigError, c
 from ssr_sglang.srt.metrics import ServerTotals, export_prometheus
 from ssr_sglang.srt.overlap import window
 from ssr_sglang.srt.request_state import ANSWER, REASONING, RequestSSR
-from ssr_sglang.srt.scheduler_view import draft_rid, kv_usage, live_rids, requests_of
+from ssr_sglang.srt.scheduler_view import draft_rid, hide, kv_usage, live_rids, requests_of
 from ssr_sglang.srt.stage_clock import StageClock
 from ssr_sglang.srt.think_ids import ThinkIds
 
@@ -546,6 +546,7 @@ class DraftManager:
         # place of its own (the tree keeps the first copy of a prefix), computed by a prefill instead of a
         # decode step -- a rounding apart, enough to change a greedy token. Nothing reads a draft's KV later.
         branch.req.skip_radix_cache_insert = True
+        hide(branch.req)
         st.counters.drafts_started += 1
         logger.debug("SSR: draft %s forked at %d reasoning tokens", rid, st.reasoning_len)
         return branch

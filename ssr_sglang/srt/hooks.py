@@ -20,13 +20,18 @@ Tokenizer manager (HTTP) process:
 
 Every hook is a pass-through unless this process serves ``--speculative-algorithm SSR``. The scheduler
 hooks hold no state: they hand over to this process's
-:class:`~ssr_sglang.srt.draft_manager.DraftManager` (``active.MANAGER``).
+:class:`~ssr_sglang.srt.draft_manager.DraftManager`, reached through the scheduler they are called on
+(its SSR worker's; :func:`~ssr_sglang.srt.scheduler_view.manager_of`); the hooks with no scheduler at hand
+(queue order, retraction order) read the mark every draft's request carries
+(:func:`~ssr_sglang.srt.scheduler_view.hidden`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+
+from ssr_sglang.srt.scheduler_view import hidden, manager_of
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +48,6 @@ def install() -> None:
 _scheduler_checked = False
 
 
-def _manager():
-    from ssr_sglang.srt import active
-
-    return active.MANAGER
-
-
 def _check_scheduler(scheduler) -> None:
     """Once, at the first scheduler hook call of an SSR server: the live scheduler's attributes SSR
     reads exist (a mismatch stops the server at its first idle pass, naming the attribute)."""
@@ -62,7 +61,7 @@ def _check_scheduler(scheduler) -> None:
 
 # -- scheduler ---------------------------------------------------------------
 def _process_batch_result(original, self, batch, result, *args, **kwargs):
-    m = _manager()
+    m = manager_of(self)
     if m is None:
         return original(self, batch, result, *args, **kwargs)
     _check_scheduler(self)
@@ -75,7 +74,7 @@ def _process_batch_result(original, self, batch, result, *args, **kwargs):
 
 
 def _on_idle(original, self, *args, **kwargs):
-    m = _manager()
+    m = manager_of(self)
     if m is not None:
         _check_scheduler(self)
         m.on_idle(self)
@@ -85,12 +84,11 @@ def _on_idle(original, self, *args, **kwargs):
 def _calc_priority(original, self, waiting_queue, *args, **kwargs):
     """Drafts yield to real requests: after SGLang orders the queue, real requests go first."""
     out = original(self, waiting_queue, *args, **kwargs)
-    m = _manager()
-    if m is not None and len(waiting_queue) > 1:
-        hidden = [m.is_hidden(r.rid) for r in waiting_queue]
-        if any(hidden) and not all(hidden):
-            waiting_queue[:] = [r for r, h in zip(waiting_queue, hidden) if not h] + \
-                [r for r, h in zip(waiting_queue, hidden) if h]
+    if len(waiting_queue) > 1:
+        marks = [hidden(r) for r in waiting_queue]
+        if any(marks) and not all(marks):
+            waiting_queue[:] = [r for r, h in zip(waiting_queue, marks) if not h] + \
+                [r for r, h in zip(waiting_queue, marks) if h]
     return out
 
 
@@ -98,31 +96,27 @@ def _retraction_order(original, reqs, *args, **kwargs):
     """Drafts are retracted first: SGLang retracts from the end of this order (the least preferred to keep),
     so the drafts go there, SGLang's own order kept within real requests and within drafts."""
     order = original(reqs, *args, **kwargs)
-    m = _manager()
-    if m is None:
+    marks = [hidden(reqs[i]) for i in order]
+    if not any(marks) or all(marks):
         return order
-    hidden = [m.is_hidden(reqs[i].rid) for i in order]
-    if not any(hidden) or all(hidden):
-        return order
-    return [i for i, h in zip(order, hidden) if not h] + [i for i, h in zip(order, hidden) if h]
+    return [i for i, h in zip(order, marks) if not h] + [i for i, h in zip(order, marks) if h]
 
 
 def _send_abort_output(original, self, abort_req, req, *args, **kwargs):
     """SGLang ends ``req`` outside the output stream (aborted while queued, retract_decode aborting on KV
     exhaustion, priority eviction, rejection): settle its SSR state and abort its drafts; a draft's
     abort output never reaches the tokenizer manager."""
-    m = _manager()
+    m = manager_of(self)
     if m is None or req is None:
         return original(self, abort_req, req, *args, **kwargs)
-    hidden = m.is_hidden(req.rid)
     m.on_abort_output(self, req)
-    if hidden:
+    if hidden(req):
         return None
     return original(self, abort_req, req, *args, **kwargs)
 
 
 def _add_speculative(result, self, state, *args, **kwargs):
-    m = _manager()
+    m = manager_of(self.scheduler)
     if m is not None:
         state["ssr"] = m.server_info()
     return result
@@ -134,11 +128,17 @@ def _output_streamer_class(original, self, *args, **kwargs):
     streamer adds customized output, which SGLang's Rust egress (``SGLANG_RUST_SERVER=1``) refuses."""
     if not _serves_ssr(self):
         return original(self, *args, **kwargs)
-    return ssr_output_streamer_class()
+    return ssr_output_streamer_class(self)
+
+
+def ssr_output_streamer_class(scheduler):
+    """SSR's output streamer for ``scheduler`` (its draft manager read at each call: the streamer may be
+    built before the worker)."""
+    return type("SSROutputStreamer", (_ssr_streamer_base(),), {"__slots__": (), "_scheduler": scheduler})
 
 
 @functools.lru_cache(maxsize=1)
-def ssr_output_streamer_class():
+def _ssr_streamer_base():
     from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
 
     from ssr_sglang.srt.metrics import META_KEY
@@ -151,12 +151,12 @@ def ssr_output_streamer_class():
         has_additional_customized_info = True
 
         def stream_output(self, reqs, return_logprob, skip_req=None):
-            m = _manager()
+            m = manager_of(self._scheduler)
             self._meta_due = False
             if m is not None:
                 visible = []
                 for r in reqs:
-                    if not m.is_hidden(r.rid):
+                    if not hidden(r):
                         visible.append(r)
                     elif r.finished():
                         # Its final output counts as sent: under overlap scheduling the finished draft is
@@ -170,10 +170,10 @@ def ssr_output_streamer_class():
             return SchedulerOutputStreamer.stream_output(self, reqs, return_logprob, skip_req)
 
         def should_build_additional_customized_info(self) -> bool:
-            return getattr(self, "_meta_due", True) and _manager() is not None
+            return getattr(self, "_meta_due", True) and manager_of(self._scheduler) is not None
 
         def build_additional_customized_info(self, reqs):
-            m = _manager()
+            m = manager_of(self._scheduler)
             return {META_KEY: [m.final_meta(r) if r.finished() else [] for r in reqs]}
 
         def is_request_level_customized_info_key(self, key: str) -> bool:

@@ -7,6 +7,32 @@ Nothing here changes the scheduler. The attributes read are named in :mod:`ssr_s
 from __future__ import annotations
 
 DRAFT_TAG = "#ssr-"
+HIDDEN_ATTR = "ssr_hidden"  # set (True) on the Req of every draft: never shown to clients, queued last
+
+
+def worker_of(scheduler):
+    """The SSR worker of ``scheduler`` (its ``draft_worker``), or None: a server not serving SSR, or a
+    scheduler whose worker is not built yet."""
+    worker = getattr(scheduler, "draft_worker", None)
+    return worker if getattr(worker, "serves_ssr", False) else None
+
+
+def manager_of(scheduler):
+    """The :class:`~ssr_sglang.srt.draft_manager.DraftManager` serving ``scheduler``, or None (see
+    :func:`worker_of`)."""
+    worker = worker_of(scheduler)
+    return worker.manager if worker is not None else None
+
+
+def hide(req) -> None:
+    """Mark ``req`` as a draft (:func:`hidden`)."""
+    setattr(req, HIDDEN_ATTR, True)
+
+
+def hidden(req) -> bool:
+    """Is ``req`` a draft? Read off the request itself, so it holds in every process and queue, after SSR
+    dropped the draft's state too, and is False for every request of a server not serving SSR."""
+    return getattr(req, HIDDEN_ATTR, False) is True
 
 
 def draft_rid(parent_rid: str, k: int) -> str:

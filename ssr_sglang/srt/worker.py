@@ -28,7 +28,7 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker
 from ssr_sglang.core.policy import DraftPolicy
 from ssr_sglang.core.tree import (build_chain, distinct_siblings, distinct_siblings_batch, duplicate_siblings,
                                   layout_tree, parents_batch)
-from ssr_sglang.srt import active, compat, consensus, faults, overlap, think_ids
+from ssr_sglang.srt import compat, consensus, faults, overlap, think_ids
 from ssr_sglang.srt.config import default_max_batch, server_config_from_env
 from ssr_sglang.srt.draft_manager import DraftManager
 from ssr_sglang.srt.request_state import ANSWER, REASONING
@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 
 class SSRWorker(NGRAMWorker):
+    serves_ssr = True  # what the hooks look for on the scheduler's draft worker (scheduler_view.worker_of)
+
     def __init__(self, server_args, gpu_id, nccl_port, target_worker):
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
         compat.check_worker(self)  # a missing SGLang internal stops the server here, naming it
@@ -60,9 +62,9 @@ class SSRWorker(NGRAMWorker):
                                     cfg.max_batch or default_max_batch(runner.device), policy, str(self.device),
                                     width=self.width, overlap_schedule=self.enable_overlap,
                                     check_trees=self.check_trees)
+        self.consensus = consensus.make()  # TP ranks compare their decisions (None with one rank)
         if not think.end:
             logger.warning("SSR: no think markers for this model; requests decode as under NGRAM (set SSR_THINK_START/END)")
-        active.MANAGER = self.manager  # one per scheduler process (each tensor-parallel rank has its own)
 
     # -- one step: timed, and narrowed by the width control --------------------
     def forward_batch_generation(self, batch, *args, **kwargs):
@@ -149,7 +151,7 @@ class SSRWorker(NGRAMWorker):
         super()._prepare_for_speculative_decoding(batch)
         self.width.choose(batch)
         if batch.forward_mode.is_target_verify():
-            consensus.note_tree(batch)  # TP ranks compare the trees (a no-op with one rank)
+            consensus.note_tree(self.consensus, batch)  # TP ranks compare the trees (a no-op with one rank)
 
     def _empty_proposals(self, batch, rows=None):
         """Every request gets a tree of padding only (zero-padded as SGLang's n-gram corpus pads; the

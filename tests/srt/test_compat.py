@@ -59,3 +59,22 @@ def test_missing_scheduler_attribute_is_named():
     sched = NS(**{a: None for a in compat.SCHEDULER_ATTRS if a != "grammar_manager"})
     with pytest.raises(compat.SGLangCompatError, match=r"Scheduler\.grammar_manager"):
         compat.check_scheduler(sched)
+
+
+def test_the_attributes_hooks_reach_the_worker_through_are_checked(monkeypatch):
+    """Without the scheduler's ``draft_worker`` every hook would pass through and SSR would quietly do
+    nothing: a renamed attribute stops the server before a model loads, naming it."""
+    monkeypatch.setattr(compat, "REACH_ATTRS", compat.REACH_ATTRS + ((compat.SCHED, "ssr_worker"),))
+    with pytest.raises(compat.SGLangCompatError, match=r"Scheduler\.ssr_worker"):
+        compat.check_static()
+
+
+def test_hooks_find_the_manager_only_on_an_ssr_scheduler():
+    from types import SimpleNamespace as NS
+
+    from ssr_sglang.srt.scheduler_view import manager_of
+
+    manager = object()
+    assert manager_of(NS(draft_worker=NS(serves_ssr=True, manager=manager))) is manager
+    assert manager_of(NS(draft_worker=NS(manager=manager))) is None  # NGRAM, EAGLE: another worker
+    assert manager_of(NS(draft_worker=None)) is None and manager_of(NS()) is None

@@ -249,10 +249,13 @@ def test_think_ids_come_from_the_server_config_not_the_environment(monkeypatch):
 def test_queued_drafts_yield_to_real_requests(monkeypatch):
     from types import SimpleNamespace
 
-    from ssr_sglang.srt import active, hooks
+    from ssr_sglang.srt import hooks
+    from ssr_sglang.srt.scheduler_view import hide
 
-    monkeypatch.setattr(active, "MANAGER", SimpleNamespace(is_hidden=lambda rid: "#ssr-" in rid))
     queue = [SimpleNamespace(rid=r) for r in ("a#ssr-0000", "b", "a#ssr-0001", "c")]
+    for r in queue:
+        if "#ssr-" in r.rid:
+            hide(r)  # as the draft manager marks every draft it queues
 
     def lpm_like_sort(self, wq, *args, **kwargs):  # SGLang's policy put the long-prefix drafts first
         return None

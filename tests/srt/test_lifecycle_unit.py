@@ -190,12 +190,13 @@ def test_drafts_yield_to_a_real_request_left_waiting():
 def test_sglang_retracts_drafts_before_any_real_request(monkeypatch):
     """Should SGLang have to retract under KV pressure anyway, the drafts are at the end of its retraction
     order (it retracts from the end); its own order is kept within real requests and within drafts."""
-    from ssr_sglang.srt import active, hooks
+    from ssr_sglang.srt import hooks
+    from ssr_sglang.srt.scheduler_view import hide
 
-    m = manager(p=["p#ssr-0000"], q=["q#ssr-0000"])
-    monkeypatch.setattr(active, "MANAGER", m)
     reqs = [NS(rid=r) for r in ("p#ssr-0000", "p", "q#ssr-0000", "q", "r")]
     sglang_order = lambda rs: [4, 0, 3, 2, 1]  # noqa: E731 - most preferred to keep first
+    assert hooks._retraction_order(sglang_order, reqs) == [4, 0, 3, 2, 1]  # no draft marked: SGLang's order
+    for r in reqs:
+        if "#ssr-" in r.rid:
+            hide(r)
     assert hooks._retraction_order(sglang_order, reqs) == [4, 3, 1, 0, 2]
-    monkeypatch.setattr(active, "MANAGER", None)
-    assert hooks._retraction_order(sglang_order, reqs) == [4, 0, 3, 2, 1]

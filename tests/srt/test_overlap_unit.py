@@ -94,16 +94,18 @@ def test_streamer_marks_a_finished_draft_as_sent(monkeypatch):
     """Under overlap a finished draft is in the next batch too, after SSR dropped it: SGLang must then skip it."""
     from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
 
-    from ssr_sglang.srt import active, hooks
+    from ssr_sglang.srt import hooks
+    from ssr_sglang.srt.scheduler_view import hide
 
     streamed = []
     monkeypatch.setattr(SchedulerOutputStreamer, "stream_output",
                         lambda self, reqs, lp, skip=None: streamed.append([r.rid for r in reqs]))
-    monkeypatch.setattr(active, "MANAGER", NS(is_hidden=lambda rid: "#ssr-" in rid))
-    cls = hooks.ssr_output_streamer_class()
+    scheduler = NS(draft_worker=NS(serves_ssr=True, manager=NS()))
+    cls = hooks.ssr_output_streamer_class(scheduler)
     streamer = object.__new__(cls)
     draft = NS(rid="p#ssr-0000", finished=lambda: True, finished_output=None)
     running = NS(rid="q#ssr-0000", finished=lambda: False, finished_output=None)
+    hide(draft), hide(running)
     parent = NS(rid="p", finished=lambda: False, finished_output=None)
     cls.stream_output(streamer, [parent, draft, running], False)
     assert streamed == [["p"]] and draft.finished_output is True and running.finished_output is None
