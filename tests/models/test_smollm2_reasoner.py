@@ -155,3 +155,21 @@ def test_classeval_answer_is_scored_by_the_task_unit_tests():
     task = {"id": "ClassEval_3", "row": row}
     assert evaluate.score(task, "```python\nclass C:\n    def f(self):\n        return 1\n```")
     assert not evaluate.score(task, "```python\nclass C:\n    def f(self):\n        return 2\n```")
+
+
+def test_served_classeval_answers_are_scored_per_method(tmp_path, capsys):
+    """``score``: the answers a latency run served (the text after the think end), per method, by each
+    task's unit tests."""
+    import json
+
+    from ssr_sglang.models.smollm2_reasoner.__main__ import main
+
+    test = "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(C().f(), 1)\n"
+    (tmp_path / "ce.json").write_text(json.dumps([{"task_id": "ClassEval_3", "test": test}]))
+    good = "plan</think>\n```python\nclass C:\n    def f(self):\n        return 1\n```"
+    bad = "class C: return 1</think>\n```python\nclass C:\n    def f(self):\n        return 2\n```"
+    results = {"results": {"plain": [{"id": "ClassEval_3", "text": good}], "ssr": [{"id": "ClassEval_3", "text": bad}]}}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    assert main(["score", str(tmp_path / "results.json"), "--classeval", str(tmp_path / "ce.json")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plain"]["passed"] == 1 and out["ssr"]["passed"] == 0 and out["ssr"]["tasks"] == 1

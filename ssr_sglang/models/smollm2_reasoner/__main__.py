@@ -69,6 +69,23 @@ def _eval(args) -> int:
     return 0
 
 
+def _score(args) -> int:
+    """Pass@1 of the ClassEval answers in a ``benchmarks/latency.py`` results file, per method (SGLang's own
+    outputs: a served model scored without a second, slower generation)."""
+    from ssr_sglang.models.smollm2_reasoner import classeval, evaluate
+
+    rows = {r["task_id"]: r for r in classeval.load(Path(args.classeval))}
+    results = json.loads(Path(args.results).read_text())["results"]
+    out = {}
+    for method, samples in results.items():
+        scored = [(s["id"], evaluate.passes_classeval(rows[s["id"]], s["text"].split(evaluate.THINK_END, 1)[-1]))
+                  for s in samples if s.get("id") in rows]
+        out[method] = {"passed": sum(ok for _, ok in scored), "tasks": len(scored),
+                       "passed_ids": [i for i, ok in scored if ok]}
+    print(json.dumps(out, indent=1))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ssr_sglang.models.smollm2_reasoner", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,7 +114,13 @@ def main(argv=None) -> int:
     e.add_argument("--skip-reasoner", action="store_true")
     e.add_argument("--offset", type=int, default=0, help="skip the first N held-out prompts of each kind (the main "
                                                          "job's --warmup: its timed tasks start there)")
+    s = sub.add_parser("score", help="pass@1 of the ClassEval answers in a benchmarks/latency.py results.json")
+    s.add_argument("results")
+    s.add_argument("--classeval", default=str(HERE.parents[2].parent / "shared/data/classeval/ClassEval_data.json"),
+                   help="ClassEval_data.json (default: ../shared/data/classeval/ beside the repository)")
     args = p.parse_args(argv)
+    if args.cmd == "score":
+        return _score(args)
     if args.cmd == "distill":
         from ssr_sglang.models.smollm2_reasoner import distill
 
