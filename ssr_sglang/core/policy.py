@@ -56,9 +56,14 @@ Expected cost::
   where ``c_draft`` and ``t_prefill`` are near zero, as on a GPU, ``B`` changes nothing).
 
 With no draft yet the request forks iff ``S > C``, or if the draft pays together with the seeded
-draft it enables (forked when it is done: faster, and closer to the answer). One draft runs at a
-time; once it is done, a newer one must pay by what it adds over it, ``E[max(v_new, v_old) - v_old]``
-in the terms above.
+draft it enables (forked when it is done: faster, and closer to the answer), unless a first draft
+forked ``WAIT_STEPS``, ``2 * WAIT_STEPS``, ... tokens later is expected to be worth more, counting the
+chance that the reasoning ends first (judged from replayed fork distances only: an unreplayed one is
+tried, not waited for). A first draft is slow (it writes from nothing) and holds the request's one
+draft slot for most of the reasoning, so where it is forked matters; a newer draft, seeded, is done
+in a few steps and leaves the slot free, so it is not delayed. One draft runs at a time; once it is
+done, a newer one must pay by what it adds over it, ``E[max(v_new, v_old) - v_old]`` in the terms
+above.
 
 Worked example (hypothetical figures of a small model on a CPU, batch 1): ``A = 90``,
 ``t_step = 8 ms``, ``a_plain = 1.8``; drafts forked less than 32 tokens before the answer replay at
@@ -593,7 +598,7 @@ class DraftPolicy:
         if d.fork and not doubt[0] and len(self._control) < CONTROL_WINDOW:
             return Decision(False, f"in doubt: no gain were a_plain {A_PLAIN_DOUBT:.0%} higher, and only "
                                    f"{len(self._control)} of {CONTROL_WINDOW} control requests measured it", d.inputs)
-        if d.fork:
+        if d.fork and v.latest is None:
             later = self._later(v, b, a_plain, per_step)
             if later is not None and later[1] > _net(d):
                 d.inputs.update(wait_until=later[0], later_net_s=later[1])
@@ -601,8 +606,9 @@ class DraftPolicy:
         return d
 
     def _later(self, v: RequestView, b: int, a_plain: float, per_step: float) -> Optional[Tuple[int, float]]:
-        """The best later fork point and its expected net worth now, over forks ``WAIT_STEPS`` tokens
-        later (doubling): its net worth were the reasoning to reach it, times the chance it does, from
+        """For a first draft: the best later fork point and its expected net worth now, over forks
+        ``WAIT_STEPS`` tokens later (doubling): its net worth were the reasoning to reach it, times the
+        chance it does, from
         measured fork distances only (the optimistic prior of an unmeasured one is a reason to try it,
         which forking now does, not to wait for it). None where no later point has ``MIN_HISTORY``
         recent reasoning lengths beyond it."""

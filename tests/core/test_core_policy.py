@@ -471,7 +471,7 @@ def test_a_fork_that_pays_waits_for_a_measured_better_one():
     forked at most 24 tokens before the answer gives 7 tokens a step, an earlier one 2: at 62 tokens a
     first draft pays a little, one forked 16 or more tokens later pays more even counting the chance
     that the reasoning ends first, so the request waits; where those later fork distances were never
-    replayed (only the prior says they are good), it forks now."""
+    replayed (only the prior says they are good), it forks now. Only a first draft waits."""
     def policy(replayed_near: bool) -> DraftPolicy:
         p = DraftPolicy(max_accept=12)
         for _ in range(20):
@@ -491,3 +491,6 @@ def test_a_fork_that_pays_waits_for_a_measured_better_one():
     assert d.inputs["wait_until"] > 62
     assert policy(True).decide(RequestView(d.inputs["wait_until"], 1.5, 1, False, 512, False)).fork is True
     assert policy(False).decide(view).fork is True
+    # a newer (seeded) draft is never delayed: it is done in a few steps and leaves the draft slot free
+    newer = policy(True).decide(RequestView(62, 1.5, 1, True, 512, False, latest=(10, ANSWER, False)))
+    assert not newer.reason.startswith("waiting"), newer
