@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -33,6 +33,26 @@ from ssr_sglang.core.width import WidthPolicy, accepted_path
 from ssr_sglang.srt.config import SSRConfigError
 
 logger = logging.getLogger(__name__)
+
+
+class _Timed(NamedTuple):
+    """A step whose width was chosen: timed by the next step's start (whole iterations)."""
+
+    sequences: int
+    width: int
+    started: float
+    tokens: float  # tokens it committed
+    forward: int  # its forward pass's index (the width policy pairs consecutive steps)
+
+
+class _Rating(NamedTuple):
+    """What rating a verify step needs once its result is processed (attached to the result)."""
+
+    tokens: np.ndarray  # (bs, n) proposal trees
+    parents: np.ndarray  # (bs, n)
+    kinds: list  # per sequence, where its proposal came from
+    width: int  # nodes verified
+    choice_s: Optional[float]  # bookkeeping the choice cost so far (None: not chosen)
 
 
 class VerifyWidth:
@@ -50,7 +70,7 @@ class VerifyWidth:
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._kinds: Optional[list] = None  # ... and where its proposal came from (width policy)
         self._trees: Optional[tuple] = None  # (tokens, parents), (bs, n) each, of a step the width policy rates
-        self._last_timed: Optional[tuple] = None  # (sequences, width, start, tokens, forward) of the last chosen step
+        self._last_timed: Optional[_Timed] = None  # the last step whose width was chosen
         self._free: Optional[tuple] = None  # (width, rate it) of a step where rows are nearly free
         self._chosen = False  # the width of the step being prepared was chosen (timed for the policy)
         self._choice_s: Optional[float] = None  # seconds of bookkeeping a chosen width cost this step
@@ -72,8 +92,7 @@ class VerifyWidth:
         self._forwards += 1
         last, self._last_timed = self._last_timed, None
         if last is not None and batch.forward_mode.is_decode() and self.policy is not None:
-            sequences, width, t, tokens, forward = last
-            self.policy.observe_step(sequences, width, started - t, tokens, forward)
+            self.policy.observe_step(last.sequences, last.width, started - last.started, last.tokens, last.forward)
         self.width = self.full
         self._trees = None
         self._chosen = False
@@ -142,11 +161,11 @@ class VerifyWidth:
         accepted tokens back to rows of the full width (SGLang reads rows of the full width)."""
         if self._trees is not None:
             # rated when the result is processed (rate), from the host copy SGLang makes of it then
-            result.ssr_rating = (self._trees, self._kinds, self.width, self._choice_s)
+            result.ssr_rating = _Rating(*self._trees, self._kinds, self.width, self._choice_s)
             self._trees = None
         if self._chosen and self.policy is not None:
             # tokens committed: wider steps commit more, and their output work is no row cost (CPU tensors)
-            self._last_timed = (len(batch.reqs), self.width, started, _committed(result), self._forwards)
+            self._last_timed = _Timed(len(batch.reqs), self.width, started, _committed(result), self._forwards)
         if self.width < self.full:
             rows = result.next_token_ids.view(-1, self.width)
             padded = F.pad(rows, (0, self.full - self.width)).reshape(-1)
@@ -163,10 +182,10 @@ class VerifyWidth:
         result.ssr_rating = None  # rated once
         if self.policy is None:
             return
-        (tokens, parents), kinds, width, choice_s = rating
+        kinds, width, choice_s = rating.kinds, rating.width, rating.choice_s
         t0 = time.perf_counter()
         try:
-            tokens, parents, bs = tokens.tolist(), parents.tolist(), len(tokens)
+            tokens, parents, bs = rating.tokens.tolist(), rating.parents.tolist(), len(rating.tokens)
             # rows of the full width once padded (finish), of `width` otherwise
             out = result.next_token_ids.view(bs, -1).tolist()
             accepted = result.accept_lens.tolist()

@@ -335,7 +335,9 @@ def test_width_rating_waits_for_the_processed_result():
     control.policy.observe_choice = lambda bs, s: seen.append(("choice", bs))
     tokens = np.array([[9, 5, 6, 7], [3, 4, 4, 4]])
     parents = np.array([[-1, 0, 0, 1], [-1, 0, 1, 2]])
-    result = NS(ssr_rating=((tokens, parents), ["drafts", "ngram-answer"], 4, 0.0),
+    from ssr_sglang.srt.verify_width import _Rating
+
+    result = NS(ssr_rating=_Rating(tokens, parents, ["drafts", "ngram-answer"], 4, 0.0),
                 next_token_ids=torch.tensor([5, 7, 8, 0, 4, 1, 0, 0]), accept_lens=torch.tensor([3, 2]))
     batch = NS(reqs=[NS(rid="a"), NS(rid="b")], forward_mode=NS(is_decode=lambda: True))
     w.manager.before_batch(batch, result)
