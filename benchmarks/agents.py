@@ -43,10 +43,16 @@ sys.modules.pop("agents", None) if __name__ == "__main__" else None
 
 ARGS = ("--reasoning-parser", "qwen3", "--tool-call-parser", "qwen", "--enable-strict-thinking",
         "--constrained-json-disable-any-whitespace", "--mem-fraction-static", "0.6")
-SSR_ENV = {"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKENS": "160", "SSR_CONTEXT": "1"}
+# SGLang 0.5.23 with a tool-call parser constrains a forced tool call by a structural tag whose arguments follow
+# the tool's schema only for strict tools (function_call_parser.py: ``schema = parameters if is_strict else {}``,
+# and ``{}`` admits any JSON value, a string included, which SGLang itself rejects on the next turn); strict level 2
+# (PARAMETER) makes every tool's parameters the schema. Reasoning under --enable-strict-thinking is unbounded unless
+# SGLANG_MAX_THINK_TOKENS ends it, and the tool grammar starts only after </think>.
+SGLANG_ENV = {"SGLANG_TOOL_STRICT_LEVEL": "2", "SGLANG_MAX_THINK_TOKENS": "96"}
+SSR_ENV = {**SGLANG_ENV, "SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKENS": "160", "SSR_CONTEXT": "1"}
 PROMPT = "Stock: 3 plums, 5 apples, 2 pears. Record each item's count with set_stock, then report the stock."
 TOOL_TURNS = 3
-MAX_TOKENS = 160
+MAX_TOKENS = 256
 
 
 class Recorder:
@@ -157,7 +163,7 @@ def run_all(start_server) -> dict:
     from ssr_sglang.models import bundled_model_path
 
     path, out = bundled_model_path(), {}
-    with start_server(path, *ARGS, name="agents-plain") as s:
+    with start_server(path, *ARGS, env=SGLANG_ENV, name="agents-plain") as s:
         out["plain"] = {f: asyncio.run(fn(s.url)) for f, fn in FRAMEWORKS.items()}
     with start_server(path, *ARGS, "--speculative-algorithm", "SSR", env=SSR_ENV, name="agents-ssr") as s:
         out["ssr"] = {f: asyncio.run(fn(s.url)) for f, fn in FRAMEWORKS.items()}
