@@ -8,18 +8,18 @@ recorded by an httpx hook on the framework's own client. NGRAM is the SSR server
 
     python benchmarks/agents.py [--out benchmarks/results/agents-cpu]
 
-Status (2026-12-05, not yet producing results): on the plain server with ``--tool-call-parser qwen`` (with or
-without ``--enable-strict-thinking``) a ``tool_choice`` "required" or named request on the bundled model comes
-back with ``tool_calls[0].function.arguments`` that is free text (the model's own words, a second ``</think>``
-inside), i.e. the tool grammar is not enforced on the parser path, so the Agents SDK's second turn gets
-SGLang's 400 "Assistant tool call function.arguments must be a JSON object". Without a tool-call parser the
-same requests are constrained (tests/srt/test_constrained.py) but the call comes back in ``content``, which
-the frameworks do not read as a tool call. With a parser SGLang 0.5.23 constrains the turn with the
-detector's structural tag (serving_chat.py, get_structure_constraint), not the JSON-schema array it uses without one.
-That tag carries the arguments' schema only for ``"strict": true`` tools (LangGraph's bind_tools sends none);
-with ``strict`` (the Agents SDK's default) the same request returned no tool call and empty content (max_tokens
-160). Next: find why the qwen structural tag misbehaves on this CPU path under SSR's plugin, or drive the
-frameworks with the parser-less JSON-array path and a client-side adapter.
+Status (2026-12-07, not yet producing results). 2026-12-05: on the plain server with ``--tool-call-parser qwen``
+a ``tool_choice`` "required" or named request on the bundled model came back with
+``tool_calls[0].function.arguments`` that is free text, so the Agents SDK's second turn got SGLang's 400
+"Assistant tool call function.arguments must be a JSON object"; with ``"strict": true`` tools, no tool call and
+empty content. Why (read in SGLang 0.5.23's source, not yet run): with a parser, a forced call is constrained by
+the detector's legacy structural tag (function_call_parser.py ``get_structure_constraint``), whose argument
+schema is the tool's parameters only for strict tools and ``{}`` otherwise (``schema = function.parameters if
+is_strict else {}``); ``{}`` admits any JSON value, a string of the model's own words included. The tag grammar
+starts only after ``</think>``, and under ``--enable-strict-thinking`` reasoning is unbounded unless
+``SGLANG_MAX_THINK_TOKENS`` ends it, so a strict call could run out of ``max_tokens`` first (SGLang then drops the
+incomplete call). The servers here therefore run with ``SGLANG_TOOL_STRICT_LEVEL=2`` (every tool's parameters
+are its schema) and ``SGLANG_MAX_THINK_TOKENS``; the run with them is the next step.
 """
 
 from __future__ import annotations
