@@ -295,6 +295,7 @@ class DraftPolicy:
         self._ssr = [0, 0]  # the same with a draft proposal
         self._self = {True: [0, 0], False: [0, 0]}  # seeded -> draft tokens, draft steps
         self._drafts: Deque[Tuple[int, bool]] = collections.deque(maxlen=HISTORY)  # tokens written, ended on its own
+        self._drafts_sum = [0, 0]  # over self._drafts: tokens written, drafts that ended on their own
         self._replay: Dict[int, List[float]] = collections.defaultdict(lambda: [0.0, 0.0])  # tokens, steps
         self._inv_accept = np.full(BUCKETS, 1.0 / self.max_accept)  # bucket of fork distance -> 1 / a(d)
         self._replayed = np.zeros(BUCKETS, dtype=bool)  # ... measured (not the prior alone)
@@ -436,12 +437,23 @@ class DraftPolicy:
         acc = self._self[seeded]
         acc[0] += tokens
         acc[1] += steps
-        self._drafts.append((max(0, int(tokens)), True))
+        self._note_draft(tokens, True)
 
     def observe_draft_cut(self, tokens: int) -> None:
         """A draft was cut short (replaced, pruned, its request ended) after writing ``tokens``: it would
         have written at least that many."""
-        self._drafts.append((max(0, int(tokens)), False))
+        self._note_draft(tokens, False)
+
+    def _note_draft(self, tokens: int, ended: bool) -> None:
+        """Keep a draft's length in the recent window and its running sums (read at every decision)."""
+        if len(self._drafts) == self._drafts.maxlen:
+            old_tokens, old_ended = self._drafts[0]
+            self._drafts_sum[0] -= old_tokens
+            self._drafts_sum[1] -= old_ended
+        tokens = max(0, int(tokens))
+        self._drafts.append((tokens, ended))
+        self._drafts_sum[0] += tokens
+        self._drafts_sum[1] += ended
 
     # -- derived --------------------------------------------------------
     @property
@@ -478,8 +490,7 @@ class DraftPolicy:
         """
         answer = self.answer_length()
         prior = min(cap, answer) if answer > 0 else cap
-        written = sum(t for t, _ in self._drafts)
-        ended = sum(1 for _, e in self._drafts if e)
+        written, ended = self._drafts_sum
         return float(min(cap, (written + prior) / (ended + 1)))
 
     def a_plain(self) -> float:
