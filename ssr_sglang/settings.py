@@ -58,16 +58,28 @@ class Setting:
     optional: bool = False
     request_key: Optional[str] = None  # the ``custom_params`` key that overrides it per request
     default_text: Optional[str] = None  # the default as the reference shows it, where repr() would not do
+    constant: Optional[str] = None  # tuning only: the module constant that holds it (``module.NAME``), read at import
 
 
 GROUPS = {
     "request": "Server-wide defaults a request may override (its `custom_params` key in brackets)",
     "server": "Server-wide settings",
     "cpu": "CPU engine",
+    "tuning": "Tuning constants (read once, when their module is imported; for experiments: the defaults are "
+              "what every measurement in benchmarks/results used)",
     "test": "Tests and benchmarks only",
 }
 
 _S = Setting
+
+
+def _tuning(module: str, prefix: str, rows) -> Tuple[Setting, ...]:
+    """Settings for the tuning constants of ``module``: rows of (constant, kind, default, low, high, meaning);
+    the variable is ``prefix + constant``."""
+    return tuple(Setting(prefix + c, kind, default, meaning, "tuning", low=low, high=high, constant=f"{module}.{c}")
+                 for c, kind, default, low, high, meaning in rows)
+
+
 SETTINGS: Dict[str, Setting] = {s.name: s for s in (
     # -- request defaults (ssr_sglang.srt.config.RequestConfig) --
     _S("SSR_ENABLED", "bool", True, "draft and verify with drafts at all", "request", request_key="ssr"),
@@ -118,6 +130,85 @@ SETTINGS: Dict[str, Setting] = {s.name: s for s in (
     _S("SSR_SGLANG_CPU_SHIM", "bool", True, "sgl_kernel stand-ins when the real package cannot load", "cpu"),
     _S("SSR_SGLANG_CPU_BIND_DEFAULTED", "bool", False, "set by the CPU bootstrap, not by users: it chose "
        "SGLANG_CPU_OMP_THREADS_BIND, so TP/DP ranks may widen it", "cpu"),
+    # -- tuning constants: the drafting policy (ssr_sglang.core.policy) --
+    *_tuning("ssr_sglang.core.policy", "SSR_POLICY_", (
+        ("MIN_HISTORY", "int", 4, 1, None, "finished reasoning requests before the policy decides from its own "
+         "history (before: the schedule's checkpoints)"),
+        ("HISTORY", "int", 256, 1, None, "recent requests the reasoning-length statistics cover"),
+        ("WINDOW", "int", 64, 2, None, "recent samples behind each time estimate"),
+        ("MIN_COST_SAMPLES", "int", 3, 1, None, "draft-carrying steps at a batch size before its draft cost "
+         "counts as measured"),
+        ("STALE_STEPS", "int", 1024, 1, None, "draft-free reasoning steps after which a draft cost counts as "
+         "unmeasured again"),
+        ("EXPLORE_GAP", "int", 64, 0, None, "decode steps after an exploring draft before another may explore "
+         "the same batch size"),
+        ("CONTROL_EVERY", "int", 32, 1, None, "a client request is served without drafts (a control, measuring "
+         "plain acceptance) once this many in a row had drafts"),
+        ("CONTROL_SOON", "int", 8, 1, None, "... or this many while first-draft decisions hinge on plain "
+         "acceptance"),
+        ("CONTROL_WINDOW", "int", 4, 1, None, "plain acceptance comes from this many recent control requests"),
+        ("A_PLAIN_DOUBT", "float", 0.25, 0.0, 1.0, "a decision hinges on plain acceptance if it flips with that "
+         "this share higher or lower"),
+        ("EXPLORE_DISCOUNT", "float", 0.5, 0.0, 1.0, "an exploring draft must pay at this share of the cost "
+         "estimated from another batch size"),
+        ("PRIOR_TOKENS", "float", 1.0, 0.0, None, "pseudo answer tokens behind the optimistic prior of an "
+         "unmeasured fork distance"),
+        ("WAIT_STEPS", "int", 8, 1, None, "a first fork that pays now is weighed against forks this many "
+         "reasoning tokens later, and doubling"),
+        ("CONTEXT_SPREAD", "float", 0.2, 0.0, None, "a draft cost is priced by context length once its samples' "
+         "halves differ by this share in context"),
+    )),
+    # -- tuning constants: the verify width (ssr_sglang.core.width) --
+    *_tuning("ssr_sglang.core.width", "SSR_WIDTH_", (
+        ("PAIRS", "int", 512, 2, None, "recent pairs of consecutive steps kept per batch size"),
+        ("MIN_PAIRS", "int", 16, 1, None, "pairs differing in width before they give a batch size's row cost"),
+        ("CELL_SAMPLES", "int", 32, 1, None, "recent iteration times kept per (batch size, width) cell of the "
+         "cost fit"),
+        ("STALE", "int", 4096, 1, None, "a cell not observed in this many iterations leaves the fit"),
+        ("MIN_FIT", "int", 16, 2, None, "samples (two widths at one batch size at least) before the cost counts "
+         "as fitted"),
+        ("PROBE_EVERY", "int", 32, 1, None, "one step in this many verifies at a probe width once the cost is "
+         "fitted"),
+        ("PROBE_EARLY", "int", 4, 1, None, "... one in this many before"),
+        ("PROBE_FREE", "int", 256, 1, None, "... one in this many where rows are nearly free"),
+        ("RATE_FREE", "int", 8, 1, None, "where rows are nearly free, one step in this many rates its accepted "
+         "paths"),
+        ("DECAY_NODES", "int", 2048, 1, None, "observed nodes over which a path's weight in the acceptance "
+         "rates decays by 1/e"),
+        ("PRIOR", "float", 1.0, 0.0, None, "pseudo observations behind an unrated node's acceptance ..."),
+        ("PRIOR_P", "float", 0.5, 0.0, 1.0, "... at this rate (optimistic: an unrated node gets verified)"),
+        ("MIN_GAIN", "float", 0.02, 0.0, 1.0, "a narrower width must beat the widest by this share of tokens "
+         "per second"),
+        ("CHOICE_WINDOW", "int", 64, 1, None, "chosen steps the mean cost of choosing (and its saving) weighs "
+         "most"),
+        ("MIN_CHOICES", "int", 32, 1, None, "chosen steps at a batch size before what choosing saves there "
+         "counts as measured"),
+        ("RECHECK_FREE", "int", 64, 1, None, "where choosing saves less than it costs, one step in this many "
+         "still chooses"),
+    )),
+    # -- tuning constants: drafts and per-request state (ssr_sglang.srt) --
+    *_tuning("ssr_sglang.srt.draft_manager", "SSR_DRAFT_", (
+        ("PROMPT_TAIL", "int", 64, 1, None, "prompt tokens examined for an open think block"),
+        ("DIVERGED_HORIZON", "int", 64, 1, None, "a draft that lost alignment keeps decoding while it supplied "
+         "an accepted token within this many answer tokens"),
+        ("REDECIDE_TOKENS", "int", 8, 1, None, "a request the policy declined to fork for is weighed again after "
+         "this many more reasoning tokens"),
+        ("PREEMPT_STEPS", "int", 2, 1, None, "drafts are preempted when KV headroom falls below what the batch "
+         "may allocate in this many decode steps"),
+    )),
+    *_tuning("ssr_sglang.srt.request_state", "SSR_", (
+        ("THINK_START_WINDOW", "int", 4, 1, None, "leading output tokens before a request that opened no think "
+         "block is served as plain"),
+        ("REPLAY_TOKENS", "int", 128, 1, None, "answer tokens a finished request replays per draft to rate it "
+         "for the policy"),
+        ("CONTEXT_PROMPT_TOKENS", "int", 4096, 0, None, "`ssr_context`: the last this many prompt tokens are "
+         "indexed as a source"),
+        ("CONTEXT_REASONING_TOKENS", "int", 4096, 0, None, "`ssr_context`: the last this many reasoning tokens "
+         "are indexed once the answer starts"),
+        ("CONTEXT_CHUNK", "int", 256, 1, None, "`ssr_context`: tokens indexed per scheduler step at most"),
+        ("CLIENT_DRAFT_CHUNK", "int", 1024, 1, None, "client drafts are indexed this many tokens per scheduler "
+         "step"),
+    )),
     # -- tests and benchmarks --
     _S("SSR_TEST_FAULTS", "names", frozenset(), "fault points armed for requests whose rid asks for them "
        "(ssr_sglang.srt.faults)", "test", choices=("fork", "propose", "step", "finish"), default_text="none"),
@@ -290,7 +381,8 @@ def markdown() -> str:
         for s in SETTINGS.values():
             if s.group == group:
                 name = f"`{s.name}`" + (f" (`{s.request_key}`)" if s.request_key else "")
-                lines.append(f"| {name} | {s.kind} | {_default_text(s)} | {_allowed_text(s)} | {s.meaning} |")
+                meaning = s.meaning + (f" (`{s.constant}`)" if s.constant else "")
+                lines.append(f"| {name} | {s.kind} | {_default_text(s)} | {_allowed_text(s)} | {meaning} |")
         lines.append("")
     lines += ["Per request, `sampling_params.custom_params` (`/generate`) or `custom_params` in the OpenAI body "
               "(`extra_body`) carry the keys in brackets above, plus `ssr_draft` / `ssr_draft_<k>`: "

@@ -4,6 +4,7 @@ the committed reference generated from it, bad values named, unknown variables r
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 import subprocess
@@ -149,3 +150,53 @@ def test_settings_are_frozen_declarations():
         assert s.kind in settings._PARSERS and s.meaning
         assert dataclasses.is_dataclass(s)
         assert (s.kind in ("choice", "names")) == bool(s.choices), name
+
+
+TUNING = {n: s for n, s in SETTINGS.items() if s.group == "tuning"}
+
+
+def _other_value(s):
+    """A valid value of tuning setting ``s`` other than its default."""
+    v = s.default * 2 if s.high is None else (s.default + s.high) / 2
+    return int(v) if s.kind == "int" else float(v)
+
+
+def test_tuning_constants_are_read_from_the_registry_at_import():
+    """Each tuning variable, set to another valid value, becomes its module constant (a fresh interpreter:
+    they are read once, at import); every tuning setting names the constant that holds it."""
+    assert len(TUNING) >= 40 and all(s.constant and s.kind in ("int", "float") for s in TUNING.values())
+    want = {s.constant: _other_value(s) for s in TUNING.values()}
+    assert all(v != TUNING[n].default for n, v in ((n, _other_value(s)) for n, s in TUNING.items()))
+    env = {"PATH": "/usr/bin:/bin", **{n: str(_other_value(s)) for n, s in TUNING.items()}}
+    code = ("import importlib, json, sys\n"
+            "want = json.loads(sys.argv[1])\n"
+            "got = {c: getattr(importlib.import_module(c.rsplit('.', 1)[0]), c.rsplit('.', 1)[1]) for c in want}\n"
+            "print(json.dumps(got))\n")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(want)], check=True, env=env, cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    assert json.loads(out) == want
+
+
+_TUNING_MODULES = sorted({s.constant.rsplit(".", 1)[0] for s in TUNING.values()})
+# Module-level numbers in those modules that are not tuning constants: structural sizes and limits.
+_NOT_TUNING = {"ssr_sglang.core.policy.BUCKETS"}
+
+
+@pytest.mark.parametrize("module", _TUNING_MODULES)
+def test_no_tuning_literal_outside_the_registry(module):
+    """In the modules that hold tuning constants, no module-level name is bound to a bare number literal:
+    each comes from the registry (or is a structural constant listed in _NOT_TUNING)."""
+    import ast
+
+    path = ROOT / (module.replace(".", "/") + ".py")
+    bad = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Constant, ast.BinOp, ast.UnaryOp)):
+            parts = list(ast.walk(node.value))
+            numbers = [n for n in parts if isinstance(n, ast.Constant)]
+            literal = numbers and all(isinstance(n.value, (int, float)) and not isinstance(n.value, bool)
+                                      for n in numbers) and not any(isinstance(n, ast.Name) for n in parts)
+            if literal:
+                bad += [f"{module}.{t.id}" for t in node.targets
+                        if isinstance(t, ast.Name) and f"{module}.{t.id}" not in _NOT_TUNING]
+    assert bad == []

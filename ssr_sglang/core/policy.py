@@ -97,22 +97,24 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ssr_sglang import settings
+
 __all__ = ["Decision", "DraftPolicy", "RequestView", "MIN_HISTORY", "CONTROL_EVERY", "CONTROL_SOON", "bucket"]
 
-MIN_HISTORY = 4  # finished reasoning requests before the policy decides from its own history
-HISTORY = 256  # recent requests the reasoning-length statistics cover
-WINDOW = 64  # recent samples behind each time estimate
-MIN_COST_SAMPLES = 3  # draft-carrying steps at a batch size before its cost counts as measured
-STALE_STEPS = 1024  # draft-free reasoning steps after which a draft cost counts as unmeasured again
-EXPLORE_GAP = 64  # decode steps after an exploring draft is granted before another may explore the same batch size
-CONTROL_EVERY = 32  # a client request is served without drafts once this many have been drafted for in a row
-CONTROL_SOON = 8  # ... or this many while first-draft decisions hinge on a_plain
-CONTROL_WINDOW = 4  # a_plain comes from this many most recent control requests
-A_PLAIN_DOUBT = 0.25  # a decision hinges on a_plain if it flips with a_plain this much higher or lower
-EXPLORE_DISCOUNT = 0.5  # an exploring draft must pay at this share of the cost estimated from another batch size
-PRIOR_TOKENS = 1.0  # pseudo answer tokens behind the optimistic prior of an unmeasured fork distance
-WAIT_STEPS = 8  # a fork that pays now is weighed against forks this many reasoning tokens later, and doubling
-CONTEXT_SPREAD = 0.2  # a cost is priced by context once its samples' halves differ by this share in context
+MIN_HISTORY = settings.get("SSR_POLICY_MIN_HISTORY")
+HISTORY = settings.get("SSR_POLICY_HISTORY")
+WINDOW = settings.get("SSR_POLICY_WINDOW")
+MIN_COST_SAMPLES = settings.get("SSR_POLICY_MIN_COST_SAMPLES")
+STALE_STEPS = settings.get("SSR_POLICY_STALE_STEPS")
+EXPLORE_GAP = settings.get("SSR_POLICY_EXPLORE_GAP")
+CONTROL_EVERY = settings.get("SSR_POLICY_CONTROL_EVERY")
+CONTROL_SOON = settings.get("SSR_POLICY_CONTROL_SOON")
+CONTROL_WINDOW = settings.get("SSR_POLICY_CONTROL_WINDOW")
+A_PLAIN_DOUBT = settings.get("SSR_POLICY_A_PLAIN_DOUBT")
+EXPLORE_DISCOUNT = settings.get("SSR_POLICY_EXPLORE_DISCOUNT")
+PRIOR_TOKENS = settings.get("SSR_POLICY_PRIOR_TOKENS")
+WAIT_STEPS = settings.get("SSR_POLICY_WAIT_STEPS")
+CONTEXT_SPREAD = settings.get("SSR_POLICY_CONTEXT_SPREAD")
 BUCKETS = 64
 _CENTRES = np.arange(1, BUCKETS) - 1 + np.log2(1.5)  # log2 of the middle of buckets 1.. (2**(b-1) to 2**b - 1)
 

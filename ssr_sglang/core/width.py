@@ -58,24 +58,28 @@ from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ssr_sglang import settings
+
 __all__ = ["WidthPolicy", "accepted_path", "PROBE_EVERY", "PROBE_FREE", "RATE_FREE"]
 
-PAIRS = 512  # recent pairs of consecutive steps kept per batch size
-MIN_PAIRS = 16  # ... of which this many must differ in width before they give the batch size's row cost
-CELL_SAMPLES = 32  # recent iteration times kept per (batch size, width) cell behind the cost fit
-STALE = 4096  # a cell not observed in this many iterations leaves the fit
-MIN_FIT = 16  # samples, two widths at one batch size at least, before the cost counts as fitted
-PROBE_EVERY = 32  # one step in this many verifies at a probe width once the cost is fitted
-PROBE_EARLY = 4  # ... one in this many before
-PROBE_FREE = 256  # ... one in this many where rows are nearly free (only the row cost is to be watched)
-RATE_FREE = 8  # where rows are nearly free, one step in this many rates its accepted paths
-DECAY = 1.0 - 1.0 / 2048  # per observed node: older paths weigh less
-PRIOR = 1.0  # pseudo observations behind an unrated node's acceptance ...
-PRIOR_P = 0.5  # ... at this rate (optimistic: an unrated node gets verified, and so rated)
-MIN_GAIN = 0.02  # a narrower width must beat the widest by this share of tokens per second
-CHOICE_DECAY = 1.0 / 64  # weight of the newest chosen step in the mean cost of choosing (and its saving)
-MIN_CHOICES = 32  # chosen steps at a batch size before what choosing saves there counts as measured
-RECHECK_FREE = 64  # where choosing saves less than it costs, one step in this many still chooses (measures it again)
+PAIRS = settings.get("SSR_WIDTH_PAIRS")
+MIN_PAIRS = settings.get("SSR_WIDTH_MIN_PAIRS")
+CELL_SAMPLES = settings.get("SSR_WIDTH_CELL_SAMPLES")
+STALE = settings.get("SSR_WIDTH_STALE")
+MIN_FIT = settings.get("SSR_WIDTH_MIN_FIT")
+PROBE_EVERY = settings.get("SSR_WIDTH_PROBE_EVERY")
+PROBE_EARLY = settings.get("SSR_WIDTH_PROBE_EARLY")
+PROBE_FREE = settings.get("SSR_WIDTH_PROBE_FREE")
+RATE_FREE = settings.get("SSR_WIDTH_RATE_FREE")
+DECAY_NODES = settings.get("SSR_WIDTH_DECAY_NODES")
+DECAY = 1.0 - 1.0 / DECAY_NODES  # per observed node: older paths weigh less
+PRIOR = settings.get("SSR_WIDTH_PRIOR")
+PRIOR_P = settings.get("SSR_WIDTH_PRIOR_P")
+MIN_GAIN = settings.get("SSR_WIDTH_MIN_GAIN")
+CHOICE_WINDOW = settings.get("SSR_WIDTH_CHOICE_WINDOW")
+CHOICE_DECAY = 1.0 / CHOICE_WINDOW  # weight of the newest chosen step in the mean cost of choosing (and its saving)
+MIN_CHOICES = settings.get("SSR_WIDTH_MIN_CHOICES")
+RECHECK_FREE = settings.get("SSR_WIDTH_RECHECK_FREE")
 
 
 def accepted_path(tokens: Sequence[int], parents: Sequence[int], out: Sequence[int], accepted: int,

@@ -44,6 +44,7 @@ from typing import Dict, List, Optional
 
 import msgspec
 
+from ssr_sglang import settings
 from ssr_sglang.core.policy import Decision, DraftPolicy, RequestView
 from ssr_sglang.srt import faults
 from ssr_sglang.srt.config import RequestConfig, ServerConfig, SSRConfigError, client_drafts, parse_request
@@ -56,17 +57,17 @@ from ssr_sglang.srt.think_ids import ThinkIds
 
 logger = logging.getLogger(__name__)
 
-PROMPT_TAIL = 64  # prompt tokens examined for an open think block
+PROMPT_TAIL = settings.get("SSR_DRAFT_PROMPT_TAIL")
 # A draft that lost alignment keeps decoding while what it proposes is still accepted: at most this many
 # answer tokens since the last one it supplied (its length cap bounds it in any case).
-DIVERGED_HORIZON = 64
+DIVERGED_HORIZON = settings.get("SSR_DRAFT_DIVERGED_HORIZON")
 # A request the policy declined to fork for is weighed again after this many more reasoning tokens, not every
 # step (a decision costs tens of microseconds per request; its inputs move little in a few tokens).
-REDECIDE_TOKENS = 8
+REDECIDE_TOKENS = settings.get("SSR_DRAFT_REDECIDE_TOKENS")
 # KV headroom below which drafts are preempted: the tokens the running batch may allocate in this many decode
 # steps (SGLang reserves 2 * --speculative-num-draft-tokens per request and step; an aborted draft's KV is
 # freed only when its abort is processed, a step later, so one step of margin).
-PREEMPT_STEPS = 2
+PREEMPT_STEPS = settings.get("SSR_DRAFT_PREEMPT_STEPS")
 
 
 def unsupported_request(req) -> str:

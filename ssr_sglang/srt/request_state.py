@@ -13,6 +13,7 @@ import dataclasses
 import time
 from typing import List, Optional, Sequence
 
+from ssr_sglang import settings
 from ssr_sglang.core.proposer import ANSWER_ID, DraftProposer, ProposerConfig
 from ssr_sglang.core.simulator import simulate
 from ssr_sglang.core.think_markers import ThinkEndMatcher
@@ -24,17 +25,17 @@ from ssr_sglang.srt.think_ids import ThinkIds
 UNDECIDED, REASONING, ANSWER, PLAIN = "undecided", "reasoning", "answer", "plain"
 # How many leading output tokens may pass before a request that has not opened a think block is
 # treated as non-reasoning (``PLAIN``: no drafts, output exactly as plain decoding).
-THINK_START_WINDOW = 4
-REPLAY_TOKENS = 128  # answer tokens a finished request replays per draft to rate it (drafting policy)
+THINK_START_WINDOW = settings.get("SSR_THINK_START_WINDOW")
+REPLAY_TOKENS = settings.get("SSR_REPLAY_TOKENS")
 # Context sources (``ssr_context``): the last CONTEXT_PROMPT_TOKENS prompt tokens, once the request has a
 # draft, and the last CONTEXT_REASONING_TOKENS reasoning tokens, once its answer starts, are indexed as
 # reference sources at most CONTEXT_CHUNK tokens per call (about 0.5 us a token: a bounded share of a step).
-CONTEXT_PROMPT_TOKENS = 4096
-CONTEXT_REASONING_TOKENS = 4096
-CONTEXT_CHUNK = 256
+CONTEXT_PROMPT_TOKENS = settings.get("SSR_CONTEXT_PROMPT_TOKENS")
+CONTEXT_REASONING_TOKENS = settings.get("SSR_CONTEXT_REASONING_TOKENS")
+CONTEXT_CHUNK = settings.get("SSR_CONTEXT_CHUNK")
 # A client draft (up to 65536 tokens) is indexed CLIENT_DRAFT_CHUNK tokens at a time: the first chunk when
 # the request arrives, one more per step after, so a long draft never stalls the scheduler (~0.5 ms a chunk).
-CLIENT_DRAFT_CHUNK = 1024
+CLIENT_DRAFT_CHUNK = settings.get("SSR_CLIENT_DRAFT_CHUNK")
 
 
 @dataclasses.dataclass
