@@ -200,6 +200,7 @@ class DraftManager:
         # overlap scheduling on, and the decode steps the worker proposed from pending tokens
         self.overlap = {"schedule": overlap_schedule, "pending_steps": 0} if overlap_schedule is not None else None
         self.clock = StageClock(policy, num_nodes, cuda=str(device).startswith("cuda"))
+        self.scheduler_checked = False  # the live scheduler's attributes checked (hooks, at first use)
 
     # -- registry -----------------------------------------------------------------------------
     def state_for(self, req) -> RequestSSR:

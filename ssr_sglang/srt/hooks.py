@@ -45,26 +45,24 @@ def install() -> None:
     register_once(__name__, [(target, globals()[name], kind) for target, name, kind in HOOKS])
 
 
-_scheduler_checked = False
-
-
-def _check_scheduler(scheduler) -> None:
-    """Once, at the first scheduler hook call of an SSR server: the live scheduler's attributes SSR
-    reads exist (a mismatch stops the server at its first idle pass, naming the attribute)."""
-    global _scheduler_checked
-    if not _scheduler_checked:
+def _checked_manager(scheduler):
+    """``scheduler``'s DraftManager (None unless it serves SSR). At its first use, the live scheduler's
+    attributes SSR reads are checked (a mismatch stops the server at its first idle pass, naming the
+    attribute); the manager records that it was."""
+    m = manager_of(scheduler)
+    if m is not None and not m.scheduler_checked:
         from ssr_sglang.srt import compat
 
         compat.check_scheduler(scheduler)
-        _scheduler_checked = True
+        m.scheduler_checked = True
+    return m
 
 
 # -- scheduler ---------------------------------------------------------------
 def _process_batch_result(original, self, batch, result, *args, **kwargs):
-    m = manager_of(self)
+    m = _checked_manager(self)
     if m is None:
         return original(self, batch, result, *args, **kwargs)
-    _check_scheduler(self)
     counted = batch is not None and (batch.forward_mode.is_decode() or batch.forward_mode.is_extend())
     if counted:
         m.before_batch(batch, result)  # before the outputs are streamed: final metrics include the last step
@@ -74,9 +72,8 @@ def _process_batch_result(original, self, batch, result, *args, **kwargs):
 
 
 def _on_idle(original, self, *args, **kwargs):
-    m = manager_of(self)
+    m = _checked_manager(self)
     if m is not None:
-        _check_scheduler(self)
         m.on_idle(self)
     return original(self, *args, **kwargs)
 
