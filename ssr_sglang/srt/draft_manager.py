@@ -200,6 +200,7 @@ class DraftManager:
         # overlap scheduling on, and the decode steps the worker proposed from pending tokens
         self.overlap = {"schedule": overlap_schedule, "pending_steps": 0} if overlap_schedule is not None else None
         self.clock = StageClock(policy, num_nodes, cuda=str(device).startswith("cuda"))
+        self._fork_s = 0.0  # seconds spent forking, in all (host time excludes it)
         self.scheduler_checked = False  # the live scheduler's attributes checked (hooks, at first use)
 
     # -- registry -----------------------------------------------------------------------------
@@ -276,6 +277,7 @@ class DraftManager:
     def before_batch(self, batch, result=None) -> None:
         """Stage timers, before the batch's outputs are streamed (a request's final metrics include its
         last step). A failure disables SSR for the batch's requests (the timers are per batch)."""
+        t0 = time.perf_counter()
         try:
             faults.hit("step", [r.rid for r in batch.reqs])
             self.clock.charge(batch, self.requests, result)  # the result's host copies are ready after this
@@ -286,10 +288,12 @@ class DraftManager:
                 result.ssr_step = None
             for req in batch.reqs:
                 self.disable(req.rid, f"step bookkeeping failed: {e!r}", e)
+        self.clock.host(time.perf_counter() - t0)
 
     def after_batch(self, scheduler, batch, counted: bool) -> None:
         """After a batch's results are in: settle finished requests, fork drafts, abort the drafts of
         requests SSR was disabled for, and drop state whose request the scheduler no longer holds."""
+        t0, forks = time.perf_counter(), self._fork_s
         if counted:
             for req in batch.reqs:
                 if req.finished():
@@ -311,6 +315,7 @@ class DraftManager:
                     self.disable(req.rid, f"forking a draft failed: {e!r}", e)
         self.flush_aborts(scheduler)
         self.reconcile(scheduler, batch)
+        self.clock.host(time.perf_counter() - t0 - (self._fork_s - forks))
 
     def on_abort_output(self, scheduler, req) -> None:
         """SGLang ended ``req`` outside the output stream (``send_abort_output``)."""
@@ -425,7 +430,9 @@ class DraftManager:
             return
         t0 = time.perf_counter()
         self._fork(scheduler, req, st, len(st.drafts) + st.counters.drafts_skipped)
-        st.counters.fork_time_s += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        st.counters.fork_time_s += dt
+        self._fork_s += dt
 
     @staticmethod
     def _note_skip(st: RequestSSR, reason: str) -> None:

@@ -38,6 +38,9 @@ class SSRCounters:
     reasoning_time_s: float = 0.0
     reasoning_draft_steps: int = 0  # reasoning steps whose batch also decoded a draft of this request
     reasoning_draft_time_s: float = 0.0
+    # SSR's own host work in its reasoning steps: the worker's proposals and verify width, the hooks'
+    # bookkeeping and drafting decisions (forks excluded: fork_time_s); all of it delays the request
+    reasoning_host_time_s: float = 0.0
     draft_prefill_time_s: float = 0.0  # this request's share of prefill batches that started its drafts
     fork_time_s: float = 0.0  # scheduler time spent forking its drafts
     verify_time_s: float = 0.0  # answer-phase steps (each one target verification)

@@ -368,12 +368,14 @@ class RequestSSR:
         self.counters.propose_time_s += time.perf_counter() - t0
         return branches
 
-    def note_step_time(self, seconds: float, with_draft: bool) -> None:
-        """A decode step of this (client) request took ``seconds``; ``self.phase`` is the step's phase."""
+    def note_step_time(self, seconds: float, with_draft: bool, host: float = 0.0) -> None:
+        """A decode step of this (client) request took ``seconds``, of which (or, for the hooks' share, right
+        around which) ``host`` was SSR's own host work; ``self.phase`` is the step's phase."""
         c = self.counters
         if self.phase == REASONING:
             c.reasoning_steps += 1
             c.reasoning_time_s += seconds
+            c.reasoning_host_time_s += host
             if with_draft:
                 c.reasoning_draft_steps += 1
                 c.reasoning_draft_time_s += seconds

@@ -27,12 +27,19 @@ class StageClock:
         # Drafts in the last decode step: a step with fewer also finishes the work of the drafts that left
         # (their last outputs, their release) and is no sample of a step (DraftPolicy.observe_step).
         self._drafts = 0
+        self._host = 0.0  # SSR's own host work since the last decode step was charged (host())
 
     @staticmethod
     def step_ran(result, started: float, width: int) -> None:
         """The worker ran the forward that produced ``result`` from ``started`` (perf_counter), verifying
         ``width`` nodes; recorded on the result (SGLang's ``GenerationBatchResult``)."""
         result.ssr_step = (started, width)
+
+    def host(self, seconds: float) -> None:
+        """``seconds`` of SSR's own host work (proposals, verify width, bookkeeping, drafting decisions; not
+        forks, which are timed as ``fork_time_s``): charged, whole, to every client request of the next decode
+        step that is charged (each one waits for all of it)."""
+        self._host += seconds
 
     def charge(self, batch, states: Mapping, result=None) -> None:
         """When a batch's results arrive: charge its wall time to the requests' stages (``states``: rid ->
@@ -85,9 +92,10 @@ class StageClock:
             context = _mean_context(reqs, batch_states, with_output=True)
             self.policy.observe_step(len(batch_states) - drafts, drafts, loop, reasoning, after_prefill, after_draft,
                                      draft_context=context)
+        host, self._host = self._host, 0.0
         for st in batch_states:
             if st is not None and not st.is_draft:
-                st.note_step_time(seconds, st.rid in with_draft)
+                st.note_step_time(seconds, st.rid in with_draft, host)
                 st.counters.verify_steps += 1
                 st.counters.verify_nodes += self.step_width
 

@@ -70,19 +70,24 @@ class SSRWorker(NGRAMWorker):
     def forward_batch_generation(self, batch, *args, **kwargs):
         started = time.perf_counter()
         self.width.start(batch, started)
+        inner = time.perf_counter()
         result = super().forward_batch_generation(batch, *args, **kwargs)
+        done = time.perf_counter()
         self.width.finish(batch, result, started)
         # charged to the stages when this result is processed (one step later under overlap scheduling)
         self.manager.clock.step_ran(result, started, self.width.width)
+        self.manager.clock.host(inner - started + time.perf_counter() - done)
         return result
 
     # -- proposals ----------------------------------------------------------
     def _prepare_draft_tokens(self, batch):
         # Overlap: the previous step's accepted tokens are pending. Their one host copy of the step is
         # NGRAM's (prev_token_ids / prev_accept_lens), made in its proposal step (see ssr_sglang.srt.overlap).
+        t0, ngram_s = time.perf_counter(), 0.0
         relay = overlap.uses_relay(self.enable_overlap, batch)
         if self.ssr_config.reasoning_fallback == "ngram":
             req_drafts, mask = super()._prepare_draft_tokens(batch)
+            ngram_s = time.perf_counter() - t0  # NGRAM's own proposal work: not SSR's host time
             rows = (self.prev_token_ids, self.prev_accept_lens) if relay else None
         else:
             rows = overlap.relayed_rows(batch) if relay else None
@@ -126,6 +131,7 @@ class SSRWorker(NGRAMWorker):
                 stats["tree_checks"] += 1
                 stats["duplicate_siblings_seen"] += duplicate_siblings(tokens[i], mask[i * nn:(i + 1) * nn], n)
         self.width.keep_trees(tokens, parents)
+        self.manager.clock.host(time.perf_counter() - t0 - ngram_s)
         return req_drafts, mask
 
     def _propose_one(self, req, n: int):
@@ -146,12 +152,16 @@ class SSRWorker(NGRAMWorker):
         return None, st.phase
 
     def _prepare_for_speculative_decoding(self, batch):
+        t0 = time.perf_counter()
         self.width.reset_plan()
         self._pending = None  # set by _prepare_draft_tokens, for a decode batch
-        super()._prepare_for_speculative_decoding(batch)
+        inner = time.perf_counter()
+        super()._prepare_for_speculative_decoding(batch)  # proposals (timed in _prepare_draft_tokens)
+        done = time.perf_counter()
         self.width.choose(batch)
         if batch.forward_mode.is_target_verify():
             consensus.note_tree(self.consensus, batch)  # TP ranks compare the trees (a no-op with one rank)
+        self.manager.clock.host(inner - t0 + time.perf_counter() - done)
 
     def _empty_proposals(self, batch, rows=None):
         """Every request gets a tree of padding only (zero-padded as SGLang's n-gram corpus pads; the

@@ -32,7 +32,7 @@ def test_the_step_after_a_prefill_is_flagged_and_a_drafts_prefill_is_observed_on
     now = [0.0]
     monkeypatch.setattr(stage_clock.time, "perf_counter", lambda: now[0])
     counters = lambda: NS(verify_steps=0, verify_nodes=0, draft_prefill_time_s=0.0)  # noqa: E731
-    parent = NS(is_draft=False, rid="a", phase=REASONING, counters=counters(), note_step_time=lambda s, d: None)
+    parent = NS(is_draft=False, rid="a", phase=REASONING, counters=counters(), note_step_time=lambda s, d, h=0.0: None)
     draft = NS(is_draft=True, rid="a#ssr-0000", parent_rid="a", phase=REASONING, counters=counters())
     states = {"a": parent, "a#ssr-0000": draft}
     # the client: 100 prompt tokens; the draft: 150 input tokens (prompt, reasoning, think end), 5 written
@@ -61,3 +61,35 @@ def test_the_step_after_a_prefill_is_flagged_and_a_drafts_prefill_is_observed_on
     assert abs(parent.counters.draft_prefill_time_s - 0.005) < 1e-9
     # costs are priced by context (issue 36): a draft's prefill by its input, its steps by its whole KV
     assert policy.contexts == [0.0, 0.0, 150.0, 155.0, 155.0, 0.0, 0.0]
+
+
+def test_host_work_is_charged_whole_to_each_client_request_of_the_next_decode_step():
+    """SSR's host work (the worker's and the hooks') delays every request of the step it precedes: each client
+    request's reasoning gets all of it, drafts none, and a prefill batch leaves it for the next decode step."""
+    from ssr_sglang.srt.metrics import SSRCounters
+    from ssr_sglang.srt.request_state import ANSWER, RequestSSR
+
+    clock = StageClock(None, num_nodes=8)
+
+    def client(rid, phase):
+        st = NS(is_draft=False, rid=rid, phase=phase, counters=SSRCounters())
+        st.note_step_time = lambda s, d, h=0.0, st=st: RequestSSR.note_step_time(st, s, d, h)
+        return st
+
+    a, b = client("a", REASONING), client("b", ANSWER)
+    draft = NS(is_draft=True, rid="a#ssr-0000", parent_rid="a", phase=REASONING, counters=SSRCounters())
+    states = {"a": a, "b": b, "a#ssr-0000": draft}
+    reqs = [NS(rid=r, origin_input_ids=[0] * 4, output_ids=[0]) for r in states]
+
+    def step(decode: bool, host: float):
+        clock.host(host)
+        result = NS(copy_done=None)
+        clock.step_ran(result, stage_clock.time.perf_counter(), 8)
+        clock.charge(NS(reqs=reqs, forward_mode=NS(is_decode=lambda: decode)), states, result)
+
+    step(True, 0.002)
+    step(False, 0.001)  # a prefill: its host work waits for the next decode step
+    step(True, 0.003)
+    assert abs(a.counters.reasoning_host_time_s - 0.006) < 1e-12 and a.counters.reasoning_steps == 2
+    assert b.counters.reasoning_host_time_s == 0.0  # in its answer: not reasoning time
+    assert draft.counters.reasoning_host_time_s == 0.0
