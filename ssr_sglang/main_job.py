@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 
+from ssr_sglang.models.tasks import ANSWER_GRAMMARS
 from ssr_sglang.testing.http import run_one
 from ssr_sglang.testing.server import Server
 
@@ -58,6 +59,10 @@ def parse_args(argv=None):
     p.add_argument("--exact", action="store_true",
                    help="the CPU engine's exact mode (SSR_CPU_EXACT_VERIFY=1) on every server, plain included: greedy "
                         "speculative output then equals plain's token for token (slower; cpu only)")
+    p.add_argument("--grammar", default=None, choices=sorted(ANSWER_GRAMMARS),
+                   help="also serve every task with its answer constrained by this grammar (the bundled models' "
+                        "answer format; SGLang's reasoning parser starts it after </think>), reported beside the "
+                        "unconstrained runs as METHOD+GRAMMAR")
     p.add_argument("--out", default="results/main_job", help="folder for results.json, results.md, latency.png")
     p.add_argument("--seed", type=int, default=777, help="held-out task seed (training used other seeds)")
     args = p.parse_args(argv)
@@ -136,6 +141,8 @@ def server_args(args, model: str, method: str) -> list:
             # SGLang's CPU engine serves hybrid models only with these (plain serving too; README, Guarantees)
             a += ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
     a += ["--skip-server-warmup", "--log-level", "warning", "--random-seed", "0"]
+    if args.grammar:  # the grammar starts after </think> (require_reasoning) only with a reasoning parser
+        a += ["--reasoning-parser", "qwen3"]
     if method == "ngram":
         a += ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(args.num_draft_tokens)]
     elif method == "ssr":
@@ -145,7 +152,9 @@ def server_args(args, model: str, method: str) -> list:
 
 def run_side_by_side(args, model, tasks_, warmup, out_dir: Path) -> dict:
     """``{method: [row per task]}``: all servers up at once, each task sent to every server in an
-    order rotated per task, each request from an empty cache (:func:`~ssr_sglang.testing.http.flush_cache`)."""
+    order rotated per task, each request from an empty cache (:func:`~ssr_sglang.testing.http.flush_cache`).
+    With ``--grammar G`` every server also serves each task constrained by G, right after the unconstrained
+    request, under the key ``METHOD+G``."""
     from contextlib import ExitStack
 
     from tqdm import tqdm
@@ -162,14 +171,19 @@ def run_side_by_side(args, model, tasks_, warmup, out_dir: Path) -> dict:
                 e["SGLANG_USE_CPU_ENGINE"] = "0"
             servers[m] = stack.enter_context(
                 Server(server_args(args, model, m), env=e, log_path=str(out_dir / f"server-{m}.log"), timeout=600))
+        grammars = {"": None, **({f"+{args.grammar}": {args.grammar: ANSWER_GRAMMARS[args.grammar]}}
+                                 if args.grammar else {})}
         for t in tqdm(warmup, desc="warm-up", unit="task", file=sys.stdout):
             for s in servers.values():
-                run_one(s.url, t["input_ids"], args.max_new_tokens, flush=True)
-        results = {m: [None] * len(tasks_) for m in methods}
+                for g in grammars.values():
+                    run_one(s.url, t["input_ids"], args.max_new_tokens, flush=True, grammar=g)
+        results = {m + suffix: [None] * len(tasks_) for suffix in grammars for m in methods}
         for i in tqdm(range(len(tasks_)), desc="tasks", unit="task", file=sys.stdout):
             k = i % len(methods)
             for m in methods[k:] + methods[:k]:
-                results[m][i] = run_one(servers[m].url, tasks_[i]["input_ids"], args.max_new_tokens, flush=True)
+                for suffix, g in grammars.items():
+                    results[m + suffix][i] = run_one(servers[m].url, tasks_[i]["input_ids"], args.max_new_tokens,
+                                                     flush=True, grammar=g)
             # kept as it goes: a server lost late in a long run (e.g. to the OOM killer) leaves the tasks before it
             (out_dir / "results-partial.json").write_text(json.dumps(results))
     return results
@@ -189,9 +203,12 @@ def ratio_interval(base: list, other: list, reps: int = 2000, seed: int = 0) -> 
 
 # -- report -----------------------------------------------------------------------------
 def summarize(results: dict, tasks_) -> dict:
-    base = results.get("plain")
+    """Per method: latency, phases, acceptance, against plain under the same grammar (``ssr+regex`` against
+    ``plain+regex``) and, for SSR, against NGRAM."""
     summary = {}
     for method, rows in results.items():
+        suffix = method[method.index("+"):] if "+" in method else ""
+        base = results.get("plain" + suffix)
         lat = [r["latency"] for r in rows]
         ans = [r["answer_time"] for r in rows if r["answer_time"] is not None]
         reas = [r["reasoning_time"] for r in rows if r["reasoning_time"] is not None]
@@ -204,7 +221,7 @@ def summarize(results: dict, tasks_) -> dict:
             s["identical_to_plain"] = sum(r["output_ids"] == b["output_ids"] for r, b in zip(rows, base))
             s["e2e_speedup"] = statistics.mean(b["latency"] for b in base) / s["mean_latency_s"]
             s["per_task_speedup"] = per_task_spread(base, rows, "slower_than_plain")
-            if method != "plain":
+            if rows is not base:
                 s["e2e_speedup_ci95"] = ratio_interval([b["latency"] for b in base], lat)
             s["per_sample_improvement_pct"] = 100 * (1 - 1 / statistics.mean(
                 b["latency"] / r["latency"] for r, b in zip(rows, base)))
@@ -221,6 +238,7 @@ def summarize(results: dict, tasks_) -> dict:
             s["drafts_started"] = sum(x["drafts_started"] for x in ssr)
             overhead = [x["draft_overhead_s"] for x in ssr if x.get("draft_overhead_s") is not None]
             s["draft_overhead_s"] = sum(overhead) / len(overhead) if overhead else None
+            s["reasoning_host_s"] = statistics.mean(x.get("reasoning_host_time_s", 0.0) for x in ssr)
         acc = [r["spec_accept_length"] for r in rows if r.get("spec_accept_length")]
         if acc:
             s["mean_spec_accept_length"] = statistics.mean(acc)
@@ -234,8 +252,9 @@ def summarize(results: dict, tasks_) -> dict:
             s["answers_correct"] = sum(parse_answer(r["text"].split("</think>")[-1]) == t["expected"]
                                        for r, t in zip(rows, tasks_))
         summary[method] = s
-    if "ssr" in results and "ngram" in results:
-        summary["ssr"]["vs_ngram"] = versus(results["ngram"], results["ssr"])
+    for method in results:
+        if method.startswith("ssr") and "ngram" + method[3:] in results:
+            summary[method]["vs_ngram"] = versus(results["ngram" + method[3:]], results[method])
     return summary
 
 
@@ -255,16 +274,25 @@ def versus(base: list, other: list) -> dict:
             if b["reasoning_time"] and o["reasoning_time"]]
     return {"speedup": sum(lat_b) / sum(lat_o), "ci95": ratio_interval(lat_b, lat_o),
             "per_task": per_task_spread(base, other, "slower"),
-            "reasoning_ratio": sum(o for _, o in reas) / sum(b for b, _ in reas) if reas else None}
+            "reasoning_ratio": sum(o for _, o in reas) / sum(b for b, _ in reas) if reas else None,
+            "reasoning_extra_s": sum(o - b for b, o in reas) / len(reas) if reas else None}
 
 
 def versus_line(summary: dict, unit: str = "task") -> str:
-    v = summary.get("ssr", {}).get("vs_ngram")
-    if not v:
-        return ""
-    pt, r = v["per_task"], v["reasoning_ratio"]
+    return "\n\n".join(_versus_line(m, s, unit) for m, s in summary.items() if s.get("vs_ngram"))
+
+
+def _versus_line(method: str, s: dict, unit: str) -> str:
+    v = s["vs_ngram"]
+    pt, r, extra = v["per_task"], v["reasoning_ratio"], v.get("reasoning_extra_s")
+    name = "SSR" + method[3:]
     reasoning = f"; SSR's reasoning phase {100 * (r - 1):+.1f}% against NGRAM's" if r else ""
-    return (f"SSR against NGRAM, {unit} by {unit}: {v['speedup']:.2f}x (95% CI {v['ci95'][0]:.2f}-{v['ci95'][1]:.2f}), "
+    if extra is not None and s.get("draft_overhead_s") is not None:
+        drafts, host = s["draft_overhead_s"], s.get("reasoning_host_s") or 0.0
+        reasoning += (f" ({1e3 * extra:+.0f} ms per {unit}: drafts {1e3 * drafts:.0f} ms (decode rows beside the "
+                      f"reasoning, prefill, forks), SSR's host work {1e3 * host:.0f} ms, not accounted for "
+                      f"{1e3 * (extra - drafts - host):+.0f} ms)")
+    return (f"{name} against NGRAM{method[3:]}, {unit} by {unit}: {v['speedup']:.2f}x (95% CI {v['ci95'][0]:.2f}-{v['ci95'][1]:.2f}), "
             f"per {unit} min / median / max {pt['min']:.2f} / {pt['median']:.2f} / {pt['max']:.2f}, "
             f"{pt['slower']} {unit}s slower{reasoning}")
 
@@ -350,6 +378,8 @@ def main(argv=None) -> int:
         args.ssr_markers = dict(SSR_ENV)  # its think markers are text, not tokens of the vocab
     else:
         model = args.model_path or bundled_model_path()
+    if args.grammar and (args.model != "tiny" or args.prompts):
+        sys.exit("--grammar constrains the bundled models' answer format: it needs --model tiny and no --prompts")
     if args.model == "tiny" and Path(model).resolve().parent != BUNDLED_MODELS_ROOT and not args.prompts:
         sys.exit("--model-path other than the bundled models needs --prompts (a JSONL file of prompts)")
     out_dir = Path(args.out)

@@ -27,6 +27,43 @@ def test_main_job_on_bundled_model(tmp_path):
     assert "95% CI" in md and md.count("|") > 20
 
 
+@pytest.mark.server
+def test_main_job_with_constrained_answers(tmp_path):
+    """``--grammar regex``: every task also served with its answer under the answer-format regex (after the
+    think end): constrained SSR equals constrained plain, its answers match the regex, and it gets drafts."""
+    import re
+
+    from ssr_sglang.main_job import main
+    from ssr_sglang.models.tasks import ANSWER_GRAMMARS
+
+    assert main(["--n", "2", "--warmup", "4", "--methods", "plain,ssr", "--grammar", "regex",
+                 "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert set(result["results"]) == {"plain", "ssr", "plain+regex", "ssr+regex"}
+    summary = result["summary"]["ssr+regex"]
+    assert summary["identical_to_plain"] == 2 and summary["answers_correct"] == 2
+    for row in result["results"]["ssr+regex"]:
+        assert re.fullmatch(ANSWER_GRAMMARS["regex"], row["text"].split("</think>")[-1].strip("\n")), row["text"]
+    assert summary["drafts_started"] > 0
+    assert "ssr+regex" in (tmp_path / "results.md").read_text()
+
+
+def test_constrained_runs_are_compared_with_plain_under_the_same_grammar():
+    from ssr_sglang.main_job import summarize
+
+    def row(latency, ids):
+        return {"latency": latency, "answer_time": latency / 2, "reasoning_time": latency / 2, "reasoning_steps": 3,
+                "output_ids": ids}
+
+    results = {"plain": [row(2.0, [1, 2])], "ngram": [row(1.5, [1, 2])], "ssr": [row(1.0, [1, 2])],
+               "plain+regex": [row(4.0, [1, 3])], "ngram+regex": [row(3.0, [1, 3])], "ssr+regex": [row(1.0, [1, 3])]}
+    s = summarize(results, [{"expected": None}])
+    assert s["ssr"]["e2e_speedup"] == 2.0 and s["ssr+regex"]["e2e_speedup"] == 4.0
+    assert s["ssr+regex"]["identical_to_plain"] == 1 and s["ssr"]["identical_to_plain"] == 1
+    assert s["ssr+regex"]["vs_ngram"]["speedup"] == 3.0 and s["ssr"]["vs_ngram"]["speedup"] == 1.5
+    assert "e2e_speedup_ci95" not in s["plain+regex"]
+
+
 def test_ssr_against_ngram_task_by_task():
     from ssr_sglang.main_job import versus
 

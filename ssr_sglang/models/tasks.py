@@ -36,6 +36,7 @@ __all__ = [
     "reasoning_lines",
     "answer_content_spans",
     "parse_answer",
+    "ANSWER_GRAMMARS",
 ]
 
 ITEMS = ["apple", "pear", "plum", "fig", "lime", "kiwi", "mango", "peach", "grape", "lemon", "melon", "cherry"]
@@ -109,3 +110,15 @@ def answer_content_spans(answer: str) -> List[Tuple[int, int]]:
 
 def parse_answer(answer: str) -> Dict[str, Tuple[int, str]]:
     return {m.group(1): (int(m.group(2)), m.group(3)) for m in _FIELD.finditer(answer)}
+
+
+# The answer's format as grammars (constrained decoding: SGLang's ``regex`` / ``ebnf`` sampling parameters). Each
+# admits exactly the answers the model was trained to write, so a grammar-constrained greedy answer is the
+# unconstrained one wherever that one is well formed.
+_LINE_RE = r'    "[a-z]+": \{"count": [0-9]+, "status": "(ok|low|out)"\},\n'
+ANSWER_GRAMMARS = {
+    "regex": r"```python\nstock = \{\n(" + _LINE_RE + r")+\}\n```",
+    "ebnf": ('root ::= "```python\\nstock = {\\n" line+ "}\\n```"\n'
+             'line ::= "    \\"" [a-z]+ "\\": {\\"count\\": " [0-9]+ ", \\"status\\": \\"" ("ok" | "low" | "out") '
+             '"\\"},\\n"'),
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Optional
 
 import requests
 
@@ -20,17 +21,22 @@ def flush_cache(url: str, timeout: float = 60) -> None:
 
 
 def run_one(url: str, input_ids, max_new_tokens: int, custom_params=None, think_end: str = "</think>",
-            timeout: float = 1800, flush: bool = False) -> dict:
+            timeout: float = 1800, flush: bool = False, grammar: Optional[dict] = None) -> dict:
     """One greedy request, streamed: latency, time to first token, reasoning and answer time
     (split at ``think_end``), tokens and decode steps up to the think end (steps: streamed chunks
     after the first, as SGLang streams each step's tokens at its default ``stream_interval`` of 1),
-    output and SSR metrics. ``flush``: start from an empty cache (:func:`flush_cache`; not timed)."""
+    output and SSR metrics. ``flush``: start from an empty cache (:func:`flush_cache`; not timed).
+    ``grammar``: sampling parameters that constrain the answer (``{"regex": …}``, ``{"ebnf": …}``), applied
+    after the reasoning (``require_reasoning``; the server needs ``--reasoning-parser``)."""
     if flush:
         flush_cache(url)
     sp = {"max_new_tokens": max_new_tokens, "temperature": 0, "skip_special_tokens": False}
     if custom_params:
         sp["custom_params"] = custom_params
     body = {"input_ids": list(input_ids), "stream": True, "sampling_params": sp}
+    if grammar:
+        sp.update(grammar)
+        body["require_reasoning"] = True
     t0 = time.perf_counter()
     t_first = t_think_end = reasoning_tokens = reasoning_steps = last = None
     chunks = 0

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from conftest import start_server
+from ssr_sglang.models.tasks import ANSWER_GRAMMARS
 
 pytestmark = pytest.mark.server
 
@@ -26,10 +27,7 @@ FIXED_SCHEDULE = {"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKEN
 # grammar, whose mask on CPU is the plugin's stand-in), and max_thinking_tokens (a thinking budget) is allowed
 ARGS = ("--reasoning-parser", "qwen3", "--enable-strict-thinking", "--constrained-json-disable-any-whitespace")
 THINKING_BUDGET = 40
-ITEM = r'    "[a-z]+": \{"count": [0-9]+, "status": "(ok|low|out)"\},\n'
-DICT_RE = r"```python\nstock = \{\n(" + ITEM + r")+\}\n```"
-EBNF = ('root ::= "```python\\nstock = {\\n" line+ "}\\n```"\n'
-        'line ::= "    \\"" [a-z]+ "\\": {\\"count\\": " [0-9]+ ", \\"status\\": \\"" ("ok" | "low" | "out") "\\"},\\n"')
+DICT_RE, EBNF = ANSWER_GRAMMARS["regex"], ANSWER_GRAMMARS["ebnf"]
 COUNT = {"type": "integer", "minimum": 0, "maximum": 20}
 ENTRY = {"type": "object", "properties": {"count": COUNT, "status": {"enum": ["ok", "low", "out"]}},
          "required": ["count", "status"], "additionalProperties": False}
