@@ -43,7 +43,7 @@ def test_main_job_with_constrained_answers(tmp_path):
     summary = result["summary"]["ssr+regex"]
     assert summary["identical_to_plain"] == 2 and summary["answers_correct"] == 2
     for row in result["results"]["ssr+regex"]:
-        assert re.fullmatch(ANSWER_GRAMMARS["regex"], row["text"].split("</think>")[-1].strip("\n")), row["text"]
+        assert re.fullmatch(ANSWER_GRAMMARS["regex"], row["text"].split("</think>")[-1]), row["text"]
     assert summary["drafts_started"] > 0
     assert "ssr+regex" in (tmp_path / "results.md").read_text()
 

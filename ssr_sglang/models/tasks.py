@@ -113,12 +113,13 @@ def parse_answer(answer: str) -> Dict[str, Tuple[int, str]]:
 
 
 # The answer's format as grammars (constrained decoding: SGLang's ``regex`` / ``ebnf`` sampling parameters). Each
-# admits exactly the answers the model was trained to write, so a grammar-constrained greedy answer is the
-# unconstrained one wherever that one is well formed.
+# admits exactly the answers the model was trained to write, from the blank line after the think end on (an answer
+# forced to start at its opening fence reads differently to the model), so a grammar-constrained greedy answer is
+# the unconstrained one wherever that one is well formed.
 _LINE_RE = r'    "[a-z]+": \{"count": [0-9]+, "status": "(ok|low|out)"\},\n'
 ANSWER_GRAMMARS = {
-    "regex": r"```python\nstock = \{\n(" + _LINE_RE + r")+\}\n```",
-    "ebnf": ('root ::= "```python\\nstock = {\\n" line+ "}\\n```"\n'
+    "regex": r"\n\n```python\nstock = \{\n(" + _LINE_RE + r")+\}\n```",
+    "ebnf": ('root ::= "\\n\\n```python\\nstock = {\\n" line+ "}\\n```"\n'
              'line ::= "    \\"" [a-z]+ "\\": {\\"count\\": " [0-9]+ ", \\"status\\": \\"" ("ok" | "low" | "out") '
              '"\\"},\\n"'),
 }
