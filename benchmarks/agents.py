@@ -50,13 +50,15 @@ ARGS = ("--reasoning-parser", "qwen3", "--tool-call-parser", "qwen", "--enable-s
 # and ``{}`` admits any JSON value, a string included, which SGLang itself rejects on the next turn); strict level 2
 # (PARAMETER) makes every tool's parameters the schema. Reasoning under --enable-strict-thinking is unbounded unless
 # SGLANG_MAX_THINK_TOKENS ends it, and the tool grammar starts only after </think>.
-SGLANG_ENV = {"SGLANG_TOOL_STRICT_LEVEL": "2", "SGLANG_MAX_THINK_TOKENS": "96"}
-# SSR_CPU_EXACT_VERIFY: in bf16 a verify row batched with others may round differently from a decode row, so a
-# near-tie can go the other way (the SmolLM2 reasoner's first tool call: count 2 on plain, 10 on NGRAM and SSR);
-# computing every verify row as a decode row makes NGRAM and SSR token-identical to plain on CPU.
+# SSR_CPU_EXACT_VERIFY, on every server (plain included, as the main job's --exact): in bf16 a verify row batched
+# with others may round differently from a decode row, so a near-tie can go the other way (the SmolLM2 reasoner's
+# first tool call: count 2 on plain, 10 on NGRAM and SSR). Exact mode changes how the CPU engine computes every
+# row, prefills included, so a plain server without it rounds differently from an exact SSR server (run of
+# 2026-12-07: the third call's item differed, plain against NGRAM and SSR alike).
+SGLANG_ENV = {"SGLANG_TOOL_STRICT_LEVEL": "2", "SGLANG_MAX_THINK_TOKENS": "96", "SSR_CPU_EXACT_VERIFY": "1"}
 # The drafting policy is the default (auto); SSR_CONTEXT=1 makes the prompt (earlier turns, tool results) and the
 # reasoning suffix sources for every request, and one method switches them off per request (item 4).
-SSR_ENV = {**SGLANG_ENV, "SSR_CONTEXT": "1", "SSR_CPU_EXACT_VERIFY": "1"}
+SSR_ENV = {**SGLANG_ENV, "SSR_CONTEXT": "1"}
 PROMPT = "Stock: 3 plums, 5 apples, 2 pears. Record each item's count with set_stock, then report the stock."
 TOOL_TURNS = 3
 MAX_TOKENS = 256
