@@ -141,7 +141,8 @@ def server_args(args, model: str, method: str) -> list:
             # SGLang's CPU engine serves hybrid models only with these (plain serving too; README, Guarantees)
             a += ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
     a += ["--skip-server-warmup", "--log-level", "warning", "--random-seed", "0"]
-    if args.grammar:  # the grammar starts after </think> (require_reasoning) only with a reasoning parser
+    if getattr(args, "grammar", None):  # (other benchmarks pass their own args) the grammar starts after </think>
+        # (require_reasoning) only with a reasoning parser
         a += ["--reasoning-parser", "qwen3"]
     if method == "ngram":
         a += ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(args.num_draft_tokens)]
