@@ -2,8 +2,8 @@
 # Set up (idempotent) and run the tests; the slowest 20 are listed at the end.
 #   bash scripts/test.sh           everything, end-to-end tests against real SGLang servers included (CI: .ci/run),
 #                                  two test files at a time
-#   bash scripts/test.sh --fast    the inner loop: units and properties, no SGLang server and nothing marked slow
-#                                  (pytest -m "not server and not slow"; a few minutes)
+#   bash scripts/test.sh --fast    the inner loop: units, properties and one shared end-to-end SSR server (the one
+#                                  module marked smoke); nothing marked slow (a few minutes)
 # Further arguments go to pytest (a path, -k, -x, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 select=(-n 2 --dist loadfile)
 if [ "${1:-}" = "--fast" ]; then
   shift
-  select=(-m "not server and not slow")
+  select=(-m "not slow and (not server or smoke)")
 fi
 bash scripts/setup.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

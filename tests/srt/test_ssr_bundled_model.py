@@ -1,4 +1,9 @@
-"""SSR on the bundled tiny reasoning model: in-server drafts really speed up the answer phase."""
+"""SSR on the bundled tiny reasoning model: in-server drafts really speed up the answer phase.
+
+This module is the fast tier's end-to-end check (marked ``smoke``, kept by ``scripts/test.sh --fast``):
+one SSR server, shared by its tests, that covers exactness against SSR off, drafts, metrics, the OpenAI
+API, iterative drafts, the cost-aware policy and bad per-request input.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import pytest
 
 from conftest import start_server
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.smoke]
 
 # An explicit schedule (the policy is then "fixed"): a draft every 16 reasoning tokens, so that these
 # tests see drafts on every request; the cost-aware default is tested below with ssr_policy=auto.
@@ -158,3 +163,20 @@ def test_reasoning_and_answer_tokens_add_up_to_completion_tokens(bundled):
                 bad.append((max_new, meta["completion_tokens"], ssr["phase"], ssr["reasoning_tokens"],
                             ssr["answer_tokens"]))
     assert not bad, bad
+
+
+def test_bad_input_gets_400_and_breaks_nothing(bundled):
+    """A bad per-request SSR value is refused with HTTP 400 naming the field; the server then serves the
+    next request exactly as before (no stuck request, no leaked draft)."""
+    import requests
+
+    server, prompts, _ = bundled
+    before = server.generate(input_ids=prompts[1], max_new_tokens=512)
+    r = requests.post(server.url + "/generate", timeout=30,
+                      json={"input_ids": prompts[1], "sampling_params": {
+                          "max_new_tokens": 8, "custom_params": {"ssr_max_draft_tokens": 0}}})
+    assert r.status_code == 400 and "ssr_max_draft_tokens" in r.json()["error"]["message"], r.text
+    after = server.generate(input_ids=prompts[1], max_new_tokens=512)
+    assert after["output_ids"] == before["output_ids"]
+    held = server.server_info()["internal_states"][0]["ssr"]
+    assert held["active_requests"] == held["active_drafts"] == held["active_disabled"] == 0, held
