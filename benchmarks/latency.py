@@ -238,9 +238,9 @@ def summarize(results: dict, prompts: list) -> dict:
 def server_stages(tot: dict, n: int) -> dict:
     """Mean per-sample stage times measured in the scheduler (``meta_info["ssr"]``), seconds.
 
-    ``draft_overhead`` is the reasoning time the drafts cost: the extra time of reasoning steps that
-    carried a draft over the mean draft-free step, plus draft prefill and fork time (summed per
-    request; requests with no draft-free reasoning step are left out of it).
+    ``draft_overhead`` is the reasoning time the drafts cost (``meta_info["ssr"]["draft_overhead_s"]``: the
+    whole scheduler iterations of the reasoning steps that carried a draft beyond the server's draft-free
+    step, SSR's host work aside, plus the prefill iterations that started the drafts, forks included).
     """
     def per(k):
         return tot[k] / n if tot.get(k) is not None else None

@@ -240,6 +240,9 @@ def summarize(results: dict, tasks_) -> dict:
             overhead = [x["draft_overhead_s"] for x in ssr if x.get("draft_overhead_s") is not None]
             s["draft_overhead_s"] = sum(overhead) / len(overhead) if overhead else None
             s["reasoning_host_s"] = statistics.mean(x.get("reasoning_host_time_s", 0.0) for x in ssr)
+            splits = [x["reasoning_split_s"] for x in ssr if x.get("reasoning_split_s")]
+            if len(splits) == len(ssr):
+                s["reasoning_split_s"] = {k: statistics.mean(sp[k] for sp in splits) for k in splits[0]}
         acc = [r["spec_accept_length"] for r in rows if r.get("spec_accept_length")]
         if acc:
             s["mean_spec_accept_length"] = statistics.mean(acc)
@@ -288,11 +291,15 @@ def _versus_line(method: str, s: dict, unit: str) -> str:
     pt, r, extra = v["per_task"], v["reasoning_ratio"], v.get("reasoning_extra_s")
     name = "SSR" + method[3:]
     reasoning = f"; SSR's reasoning phase {100 * (r - 1):+.1f}% against NGRAM's" if r else ""
-    if extra is not None and s.get("draft_overhead_s") is not None:
-        drafts, host = s["draft_overhead_s"], s.get("reasoning_host_s") or 0.0
-        reasoning += (f" ({1e3 * extra:+.0f} ms per {unit}: drafts {1e3 * drafts:.0f} ms (decode rows beside the "
-                      f"reasoning, prefill, forks), SSR's host work {1e3 * host:.0f} ms, not accounted for "
-                      f"{1e3 * (extra - drafts - host):+.0f} ms)")
+    sp = s.get("reasoning_split_s")
+    if extra is not None and sp:
+        ms = lambda x: f"{1e3 * x:.0f} ms"  # noqa: E731
+        rest = extra - sp["host"] - sp["draft_rows"] - sp["draft_prefill"] - sp["other"]
+        reasoning += (f" ({1e3 * extra:+.0f} ms per {unit}: SSR's host work {ms(sp['host'])}, draft rows "
+                      f"{ms(sp['draft_rows'])}, draft prefill and forks {ms(sp['draft_prefill'])}, draft-free steps "
+                      f"beyond the server's measured step {ms(sp['other'])}; left {1e3 * rest:+.0f} ms: SSR's "
+                      f"draft-free step, host work aside, against NGRAM's step and streaming, over "
+                      f"{1e3 * sp['plain_equivalent']:.0f} ms of plain-equivalent steps)")
     return (f"{name} against NGRAM{method[3:]}, {unit} by {unit}: {v['speedup']:.2f}x (95% CI {v['ci95'][0]:.2f}-{v['ci95'][1]:.2f}), "
             f"per {unit} min / median / max {pt['min']:.2f} / {pt['median']:.2f} / {pt['max']:.2f}, "
             f"{pt['slower']} {unit}s slower{reasoning}")

@@ -350,6 +350,12 @@ class DraftPolicy:
             # may be < 0: noise, kept unclipped
             self._extra[b].add((seconds - self._step[b].value) / drafts, draft_context)
 
+    def free_step_s(self, batch_size: int) -> Optional[float]:
+        """The measured draft-free reasoning step (whole scheduler iteration) at ``batch_size`` client
+        requests; ``None`` before one was measured at that batch size's bucket."""
+        w = self._step.get(bucket(batch_size))
+        return w.value if w is not None and w.n else None
+
     def observe_prefill(self, seconds: float, drafts: int = 1, context: float = 0.0) -> None:
         """A prefill pass started ``drafts`` drafts of mean context ``context`` (their input tokens);
         ``seconds`` is each one's share of it. The next decode step's excess over a plain step is added

@@ -41,6 +41,18 @@ class SSRCounters:
     # SSR's own host work in its reasoning steps: the worker's proposals and verify width, the hooks'
     # bookkeeping and drafting decisions (forks excluded: fork_time_s); all of it delays the request
     reasoning_host_time_s: float = 0.0
+    # Whole scheduler iterations (from one batch's results to the next's: result processing, streaming and
+    # batch building count too) of its reasoning decode steps, of which those with a draft of it, with SSR's
+    # host work in the latter; the server's measured draft-free reasoning step at each step's batch size
+    # (a step before one was measured is its own baseline); its share of whole prefill iterations that
+    # started its drafts (forks included). reasoning_split() divides the reasoning phase with them.
+    reasoning_loop_time_s: float = 0.0
+    reasoning_draft_loop_time_s: float = 0.0
+    reasoning_draft_host_time_s: float = 0.0
+    reasoning_base_time_s: float = 0.0
+    reasoning_draft_base_time_s: float = 0.0
+    reasoning_unpriced_draft_steps: int = 0  # draft steps with no measured draft-free step to price them
+    draft_prefill_loop_time_s: float = 0.0
     draft_prefill_time_s: float = 0.0  # this request's share of prefill batches that started its drafts
     fork_time_s: float = 0.0  # scheduler time spent forking its drafts
     verify_time_s: float = 0.0  # answer-phase steps (each one target verification)
@@ -55,22 +67,47 @@ class SSRCounters:
         for k, v in d.items():
             if isinstance(v, float):
                 d[k] = round(v, 6)
-        d["draft_overhead_s"] = self.draft_overhead_s()
+        split = self.reasoning_split()
+        d["reasoning_split_s"] = {k: round(v, 6) for k, v in split.items()} if split else None
+        d["draft_overhead_s"] = round(split["draft_rows"] + split["draft_prefill"], 6) if split else None
         return d
 
-    def draft_overhead_s(self) -> Optional[float]:
-        """Reasoning time the drafts cost this request: the extra time of reasoning steps that carried
-        a draft, over the mean draft-free reasoning step, plus draft prefill and fork time. ``None``
-        when no reasoning step ran without a draft (no baseline to compare with)."""
-        free_steps = self.reasoning_steps - self.reasoning_draft_steps
-        if not self.reasoning_draft_steps:
-            extra = 0.0
-        elif free_steps <= 0:
+    def reasoning_split(self) -> Optional[dict]:
+        """The server-side time of the reasoning phase (``total``: its decode iterations plus its share of
+        the prefill iterations that started its drafts), split into parts that add up to it exactly:
+
+        * ``plain_equivalent``: its steps priced at the server's draft-free reasoning step, less SSR's host
+          work of such a step (``h``: the mean over the request's draft-free steps, else over all of them);
+        * ``host``: SSR's own host work in its steps (:class:`~ssr_sglang.srt.stage_clock.StageClock`);
+        * ``draft_rows``: what the steps that carried a draft of it took beyond that price, host work aside
+          (the drafts' decode rows, and SGLang's processing of their results);
+        * ``draft_prefill``: its share of the prefill iterations that started its drafts, forks included;
+        * ``other``: what its draft-free steps took beyond that price (noise, the first step's prefill tail).
+
+        Worked example: 10 steps, 4 with a draft; whole iterations 10 ms draft-free and 14 ms with a draft,
+        the server's draft-free step 10 ms; host work 1 ms a draft-free step, 2 ms a draft step; one 8 ms
+        prefill: ``h`` = 1 ms, plain-equivalent 10 x 9 = 90, host 6 x 1 + 4 x 2 = 14, draft rows
+        4 x (14 - 2) - 4 x 9 = 12, other 6 x (10 - 1) - 6 x 9 = 0, draft prefill 8: total 124 ms.
+
+        A draft-free step taken before the server had measured one is its own price; ``None`` when a step
+        with a draft was (tensor parallelism, where the drafting policy measures no step): its drafts'
+        cost is unknown.
+        """
+        if self.reasoning_unpriced_draft_steps:
             return None
-        else:
-            base = (self.reasoning_time_s - self.reasoning_draft_time_s) / free_steps
-            extra = max(0.0, self.reasoning_draft_time_s - self.reasoning_draft_steps * base)
-        return round(extra + self.draft_prefill_time_s + self.fork_time_s, 6)
+        n, nd = self.reasoning_steps, self.reasoning_draft_steps
+        nf = n - nd
+        host_d = self.reasoning_draft_host_time_s
+        host_f = self.reasoning_host_time_s - host_d
+        h = host_f / nf if nf else (self.reasoning_host_time_s / n if n else 0.0)
+        loop_d, base_d = self.reasoning_draft_loop_time_s, self.reasoning_draft_base_time_s
+        loop_f, base_f = self.reasoning_loop_time_s - loop_d, self.reasoning_base_time_s - base_d
+        return {"total": self.reasoning_loop_time_s + self.draft_prefill_loop_time_s,
+                "plain_equivalent": self.reasoning_base_time_s - n * h,
+                "host": self.reasoning_host_time_s,
+                "draft_rows": (loop_d - host_d) - (base_d - nd * h),
+                "draft_prefill": self.draft_prefill_loop_time_s,
+                "other": (loop_f - host_f) - (base_f - nf * h)}
 
 
 

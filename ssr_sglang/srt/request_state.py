@@ -368,17 +368,29 @@ class RequestSSR:
         self.counters.propose_time_s += time.perf_counter() - t0
         return branches
 
-    def note_step_time(self, seconds: float, with_draft: bool, host: float = 0.0) -> None:
-        """A decode step of this (client) request took ``seconds``, of which (or, for the hooks' share, right
-        around which) ``host`` was SSR's own host work; ``self.phase`` is the step's phase."""
+    def note_step_time(self, seconds: float, with_draft: bool, host: float = 0.0,
+                       loop: Optional[float] = None, base: Optional[float] = None) -> None:
+        """A decode step of this (client) request took ``seconds`` (its forward), ``loop`` as a whole scheduler
+        iteration (default ``seconds``), of which (or, for the hooks' share, right around which) ``host`` was
+        SSR's own host work; ``base``: the server's draft-free reasoning step then (``None``: not measured,
+        the step is its own price); ``self.phase`` is the step's phase."""
         c = self.counters
         if self.phase == REASONING:
+            loop = seconds if loop is None else loop
+            if base is None:
+                c.reasoning_unpriced_draft_steps += with_draft
+                base = loop
             c.reasoning_steps += 1
             c.reasoning_time_s += seconds
             c.reasoning_host_time_s += host
+            c.reasoning_loop_time_s += loop
+            c.reasoning_base_time_s += base
             if with_draft:
                 c.reasoning_draft_steps += 1
                 c.reasoning_draft_time_s += seconds
+                c.reasoning_draft_loop_time_s += loop
+                c.reasoning_draft_host_time_s += host
+                c.reasoning_draft_base_time_s += base
         elif self.phase == ANSWER:
             c.verify_time_s += seconds
 

@@ -93,20 +93,24 @@ class StageClock:
             self.policy.observe_step(len(batch_states) - drafts, drafts, loop, reasoning, after_prefill, after_draft,
                                      draft_context=context)
         host, self._host = self._host, 0.0
+        clients = len(batch_states) - drafts
+        base = self.policy.free_step_s(clients) if self.policy is not None else None
         for st in batch_states:
             if st is not None and not st.is_draft:
-                st.note_step_time(seconds, st.rid in with_draft, host)
+                st.note_step_time(seconds, st.rid in with_draft, host, loop=loop, base=base)
                 st.counters.verify_steps += 1
                 st.counters.verify_nodes += self.step_width
 
     def _prefill(self, reqs, batch_states, states: Mapping, seconds: float, loop: Optional[float]) -> None:
         self._after_prefill = True
         share = seconds / max(1, len(batch_states))
+        loop_share = (seconds if loop is None else loop) / max(1, len(batch_states))
         drafts = 0
         for st in batch_states:
             parent = states.get(st.parent_rid) if st is not None and st.is_draft else None
             if parent is not None:
                 parent.counters.draft_prefill_time_s += share
+                parent.counters.draft_prefill_loop_time_s += loop_share
                 drafts += 1
         if self.policy is not None and loop is not None and drafts:
             self.policy.observe_prefill(loop / max(1, len(batch_states)), drafts,

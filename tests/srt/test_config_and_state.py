@@ -195,23 +195,29 @@ def test_long_client_draft_is_indexed_a_chunk_per_step(monkeypatch):
 
 
 def test_stage_times_and_draft_overhead():
+    """The worked example of ``SSRCounters.reasoning_split``: the parts add up to the reasoning's server time."""
     st = RequestSSR("r", RequestConfig(), IDS, prompt_tail=[3], num_nodes=4)
     assert st.metrics()["draft_overhead_s"] == 0.0  # no draft: nothing to charge
+    for _ in range(6):
+        st.note_step_time(0.009, with_draft=False, host=0.001, loop=0.010, base=0.010)
     for _ in range(4):
-        st.note_step_time(0.010, with_draft=False)
-    for _ in range(2):
-        st.note_step_time(0.016, with_draft=True)
-    st.counters.draft_prefill_time_s, st.counters.fork_time_s = 0.005, 0.001
+        st.note_step_time(0.013, with_draft=True, host=0.002, loop=0.014, base=0.010)
+    st.counters.draft_prefill_loop_time_s = 0.008
     st.advance([5, 4])  # think end: later steps are verify steps
-    st.note_step_time(0.020, with_draft=True)
+    st.note_step_time(0.020, with_draft=True, loop=0.021, base=0.010)
     m = st.metrics()
-    assert m["reasoning_steps"] == 6 and m["reasoning_draft_steps"] == 2
-    assert m["reasoning_time_s"] == pytest.approx(0.072) and m["verify_time_s"] == pytest.approx(0.020)
-    # 2 steps 6 ms slower than the draft-free mean, plus prefill and fork
-    assert m["draft_overhead_s"] == pytest.approx(0.012 + 0.005 + 0.001)
-    only_drafted = RequestSSR("d", RequestConfig(), IDS, prompt_tail=[3], num_nodes=4)
-    only_drafted.note_step_time(0.01, with_draft=True)
-    assert only_drafted.metrics()["draft_overhead_s"] is None  # no baseline step
+    assert m["reasoning_steps"] == 10 and m["reasoning_draft_steps"] == 4
+    assert m["reasoning_time_s"] == pytest.approx(0.106) and m["verify_time_s"] == pytest.approx(0.020)
+    split = m["reasoning_split_s"]
+    assert split == pytest.approx({"total": 0.124, "plain_equivalent": 0.090, "host": 0.014, "draft_rows": 0.012,
+                                   "draft_prefill": 0.008, "other": 0.0})
+    assert sum(v for k, v in split.items() if k != "total") == pytest.approx(split["total"])
+    assert m["draft_overhead_s"] == pytest.approx(0.012 + 0.008)
+    unpriced = RequestSSR("d", RequestConfig(), IDS, prompt_tail=[3], num_nodes=4)
+    unpriced.note_step_time(0.01, with_draft=False)  # the server had measured no draft-free step yet: its own price
+    assert unpriced.metrics()["reasoning_split_s"]["other"] == 0.0
+    unpriced.note_step_time(0.01, with_draft=True)  # ... nor for a draft's step: the draft's cost is unknown
+    assert unpriced.metrics()["reasoning_split_s"] is None and unpriced.metrics()["draft_overhead_s"] is None
 
 
 def test_think_markers_from_reasoning_parser_and_vocab():

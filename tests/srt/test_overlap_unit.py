@@ -73,7 +73,7 @@ def test_step_time_travels_with_its_result_and_never_counts_twice(monkeypatch):
     monkeypatch.setattr(stage_clock.time, "perf_counter", lambda: now[0])
     charged = []
     st = NS(is_draft=False, rid="a", phase=REASONING, counters=NS(verify_steps=0, verify_nodes=0),
-            note_step_time=lambda s, d, h=0.0: charged.append(s))
+            note_step_time=lambda s, d, h=0.0, **k: charged.append(s))
     batch = NS(reqs=[NS(rid="a")], forward_mode=NS(is_decode=lambda: True))
     r1, r2 = NS(copy_done=None), NS(copy_done=None)
     clock.step_ran(r1, 0.0, 8)

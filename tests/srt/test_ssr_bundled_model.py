@@ -58,6 +58,11 @@ def test_in_server_drafts_are_accepted_and_exact(bundled):
         assert 0 < meta["verify_time_s"] < wall and meta["propose_time_s"] < meta["verify_time_s"], meta
         assert meta["reasoning_draft_steps"] >= 1 and meta["draft_prefill_time_s"] > 0, meta
         assert meta["reasoning_time_s"] + meta["verify_time_s"] + meta["fork_time_s"] < wall, meta
+        # The reasoning's whole scheduler iterations, split into parts that add up to them
+        split = meta["reasoning_split_s"]
+        assert meta["reasoning_time_s"] <= split["total"] < wall, meta
+        assert abs(sum(v for k, v in split.items() if k != "total") - split["total"]) < 1e-5, split
+        assert split["draft_prefill"] > 0 and split["host"] == meta["reasoning_host_time_s"], split
         for k in totals:
             totals[k] += meta[k]
     # Adaptive verify width: steps with short or no proposals verify fewer of the 12 nodes, and the

@@ -21,6 +21,9 @@ class _Policy:
         self.calls.append(("step", batch_size, drafts, after_prefill) + (("after draft",) if after_draft else ()))
         self.contexts.append(draft_context)
 
+    def free_step_s(self, batch_size):
+        return None
+
     def observe_prefill(self, seconds, drafts=1, context=0.0):
         self.calls.append(("prefill", drafts))
         self.contexts.append(context)
@@ -31,8 +34,8 @@ def test_the_step_after_a_prefill_is_flagged_and_a_drafts_prefill_is_observed_on
     clock = StageClock(policy, num_nodes=8)
     now = [0.0]
     monkeypatch.setattr(stage_clock.time, "perf_counter", lambda: now[0])
-    counters = lambda: NS(verify_steps=0, verify_nodes=0, draft_prefill_time_s=0.0)  # noqa: E731
-    parent = NS(is_draft=False, rid="a", phase=REASONING, counters=counters(), note_step_time=lambda s, d, h=0.0: None)
+    counters = lambda: NS(verify_steps=0, verify_nodes=0, draft_prefill_time_s=0.0, draft_prefill_loop_time_s=0.0)  # noqa: E731
+    parent = NS(is_draft=False, rid="a", phase=REASONING, counters=counters(), note_step_time=lambda *a, **k: None)
     draft = NS(is_draft=True, rid="a#ssr-0000", parent_rid="a", phase=REASONING, counters=counters())
     states = {"a": parent, "a#ssr-0000": draft}
     # the client: 100 prompt tokens; the draft: 150 input tokens (prompt, reasoning, think end), 5 written
@@ -73,7 +76,7 @@ def test_host_work_is_charged_whole_to_each_client_request_of_the_next_decode_st
 
     def client(rid, phase):
         st = NS(is_draft=False, rid=rid, phase=phase, counters=SSRCounters())
-        st.note_step_time = lambda s, d, h=0.0, st=st: RequestSSR.note_step_time(st, s, d, h)
+        st.note_step_time = lambda s, d, h=0.0, st=st, **k: RequestSSR.note_step_time(st, s, d, h, **k)
         return st
 
     a, b = client("a", REASONING), client("b", ANSWER)
