@@ -11,12 +11,11 @@ prompt, i.e. earlier turns and tool results, and the reasoning are suffix source
 
     OMP_NUM_THREADS=1 python benchmarks/agents.py [--model smollm2-reasoner|tiny] [--rounds 2] [--out DIR]
 
-Status (2026-12-07, `benchmarks/results/agents-cpu-1207`): both frameworks run three forced tool calls and a final
-answer against every server, on the SmolLM2 reasoner (the bundled tiny model loops on the newlines SGLang's
-tool-call tag admits inside the arguments: it was never trained on tool calls). Transcripts are NOT yet identical:
-the third call's item is "plum" on plain and "pear" on NGRAM and SSR alike, in both frameworks and both rounds,
-with exact verify and flushed caches; the cause is not found yet. The drafting policy forks no draft on this
-traffic (its measured cost exceeds the saving: verify steps in exact mode cost about 12 decode rows).
+Status (2026-12-07, `benchmarks/results/agents-cpu-1207-exact`): both frameworks run three forced tool calls and a
+final answer against every server, on the SmolLM2 reasoner (the bundled tiny model loops on the newlines SGLang's
+tool-call tag admits inside the arguments: it was never trained on tool calls). With exact mode on every server,
+NGRAM's and SSR's transcripts equal plain's in both frameworks and every round. The drafting policy forks no
+draft on this traffic (its measured cost exceeds the saving: verify steps in exact mode cost about 12 decode rows).
 With a tool-call parser SGLang 0.5.23 constrains a forced call by a structural tag whose argument schema is the
 tool's parameters only for strict tools (function_call_parser.py: ``schema = function.parameters if is_strict
 else {}``; ``{}`` admits any JSON value, a string of the model's own words included, which SGLang itself rejects
