@@ -78,8 +78,10 @@ SCHEDULER_ATTRS = ("waiting_queue", "running_batch", "last_batch", "chunked_req"
 # Attributes the hooks reach the SSR worker through (scheduler_view.worker_of), set in these classes' code:
 # checked before a model loads, since without them every hook would pass through and SSR would do nothing.
 REACH_ATTRS = ((SCHED, "draft_worker"), (INTERNAL_STATE, "scheduler"))
-# Attributes read off the NGRAM worker SSR subclasses.
-WORKER_ATTRS = ("draft_token_num", "device", "enable_overlap")
+# Attributes read off the NGRAM worker SSR subclasses. A narrowed step of a batch with a grammar cuts
+# grammar_tree_host (the host tree NGRAMWorker.forward_batch_generation builds the grammar mask from) and sets
+# draft_token_num to the width for that forward (srt/worker.py).
+WORKER_ATTRS = ("draft_token_num", "device", "enable_overlap", "grammar_tree_host")
 
 
 class SGLangCompatError(RuntimeError):

@@ -135,8 +135,8 @@ class VerifyWidth:
     def choose(self, batch) -> None:
         """The verify input of ``batch`` is built: cut it to the step's width (consistent on every TP rank:
         they keep the full width)."""
-        if not batch.forward_mode.is_target_verify() or batch.has_grammar or batch.return_logprob:
-            self._trees = None  # SGLang derives grammar masks and logprobs at the full width
+        if not batch.forward_mode.is_target_verify() or batch.return_logprob:
+            self._trees = None  # SGLang derives logprobs at the full width
             return
         if self._free is not None:
             self._chosen = True
@@ -171,6 +171,7 @@ class VerifyWidth:
             padded = F.pad(rows, (0, self.full - self.width)).reshape(-1)
             result.next_token_ids = padded
             result.next_draft_input.accept_tokens = padded
+            result.next_draft_input.draft_token_num = self.full
 
     def rate(self, result) -> None:
         """When a verify step's result is processed (its tensors are host copies by then, so this waits for

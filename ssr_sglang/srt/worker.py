@@ -71,7 +71,10 @@ class SSRWorker(NGRAMWorker):
         started = time.perf_counter()
         self.width.start(batch, started)
         inner = time.perf_counter()
-        result = super().forward_batch_generation(batch, *args, **kwargs)
+        try:
+            result = super().forward_batch_generation(batch, *args, **kwargs)
+        finally:
+            self.draft_token_num = self.width.full  # a narrowed grammar step set it to its width
         done = time.perf_counter()
         self.width.finish(batch, result, started)
         # charged to the stages when this result is processed (one step later under overlap scheduling)
@@ -159,9 +162,22 @@ class SSRWorker(NGRAMWorker):
         super()._prepare_for_speculative_decoding(batch)  # proposals (timed in _prepare_draft_tokens)
         done = time.perf_counter()
         self.width.choose(batch)
+        if self.width.width < self.draft_token_num and self.grammar_tree_host is not None:
+            self._narrow_grammar_tree(len(batch.reqs), self.width.width)
         if batch.forward_mode.is_target_verify():
             consensus.note_tree(self.consensus, batch)  # TP ranks compare the trees (a no-op with one rank)
         self.manager.clock.host(inner - t0 + time.perf_counter() - done)
+
+    def _narrow_grammar_tree(self, bs: int, width: int) -> None:
+        """A narrowed step of a batch with a grammar: SGLang builds the grammar mask after the verify forward
+        from ``grammar_tree_host`` (the step's masks and tokens) and ``draft_token_num``; both must describe
+        the ``width``-node trees the step verifies (the first ``width`` nodes: a subtree), one mask row per
+        verified node. ``draft_token_num`` is restored once the forward returns."""
+        n = self.draft_token_num
+        mask, tokens = self.grammar_tree_host
+        self.grammar_tree_host = (np.ascontiguousarray(mask.reshape(bs, n, n)[:, :width, :width]).reshape(-1),
+                                  np.ascontiguousarray(tokens.reshape(bs, n)[:, :width]).reshape(-1))
+        self.draft_token_num = width
 
     def _empty_proposals(self, batch, rows=None):
         """Every request gets a tree of padding only (zero-padded as SGLang's n-gram corpus pads; the

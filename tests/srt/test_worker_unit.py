@@ -42,12 +42,13 @@ def test_padding_made_distinct_the_same_way_batched_or_not(bs):
 @pytest.mark.parametrize("seed", range(6))
 def test_a_narrowed_step_has_the_metadata_of_its_subtree(seed):
     """``VerifyWidth._narrow`` cuts the full tree's verify metadata; it must equal what SGLang's reconstruction gives
-    for the subtree of the first ``width`` nodes (random parent-before-child trees, several widths)."""
+    for the subtree of the first ``width`` nodes (random parent-before-child trees, several widths); so must the
+    grammar mask's tree (``SSRWorker._narrow_grammar_tree``)."""
     from types import SimpleNamespace
 
     import torch
     from sglang.srt.speculative.ngram_info import NgramVerifyInput
-    from sglang.srt.speculative.ngram_worker import reconstruct_indices_from_tree_mask_func
+    from sglang.srt.speculative.ngram_worker import _derive_tree_links, reconstruct_indices_from_tree_mask_func
 
     from ssr_sglang.srt.verify_width import VerifyWidth
 
@@ -85,3 +86,11 @@ def test_a_narrowed_step_has_the_metadata_of_its_subtree(seed):
         assert got.retrieve_next_token.tolist() == want_next.tolist()
         assert got.retrieve_next_sibling.tolist() == want_sibling.tolist()
         assert batch.input_ids.tolist() == torch.arange(bs * n).view(bs, n)[:, :width].reshape(-1).tolist()
+        # A batch with a grammar: SGLang derives the grammar mask's tree from the worker's host copy of the step's
+        # trees and its draft_token_num; cut alike, they give the narrowed step's links and tokens.
+        ssr = SimpleNamespace(draft_token_num=n, grammar_tree_host=(mask.reshape(-1).copy(), np.arange(bs * n)))
+        worker.SSRWorker._narrow_grammar_tree(ssr, bs, width)
+        host_next, host_sibling = _derive_tree_links(ssr.grammar_tree_host[0], bs, ssr.draft_token_num)
+        assert ssr.draft_token_num == width
+        assert host_next.tolist() == want_next.tolist() and host_sibling.tolist() == want_sibling.tolist()
+        assert ssr.grammar_tree_host[1].tolist() == batch.input_ids.tolist()
