@@ -1,5 +1,5 @@
 """Exact mode (``SSR_CPU_EXACT_VERIFY=1``) on a real pretrained model: SmolLM2-135M-Instruct in bf16,
-16 prompts x 256 greedy tokens, 8 at a time; NGRAM's and SSR's outputs token-identical to plain's.
+8 prompts x 256 greedy tokens, all at once; NGRAM's and SSR's outputs token-identical to plain's.
 
 SSR gets plain's output with every 40th token changed as each prompt's client draft, so its answer is
 verified from draft proposals (prefix and suffix), not only n-gram ones. One server runs at a time.
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.server
 EXACT = {"SSR_CPU_EXACT_VERIFY": "1"}
 SPEC = ("--speculative-num-draft-tokens", "8")
 TOKENS = 256
+PROMPTS = 8  # one wave: with 16, the NGRAM test alone ran over 20 minutes in a fresh-clone CI on a 2-core EPYC (2026-12-07)
 CONCURRENCY = 8  # 8 requests x 8 tree nodes: verify steps stay within exact mode's one-row-at-a-time bound
 
 
@@ -36,7 +37,7 @@ def smollm2():
 def prompts(smollm2):
     from transformers import AutoTokenizer
 
-    return chat_prompts(AutoTokenizer.from_pretrained(smollm2), 16)
+    return chat_prompts(AutoTokenizer.from_pretrained(smollm2), PROMPTS)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_ngram_identical_to_plain(smollm2, prompts, plain):
     with start_server(smollm2, "--speculative-algorithm", "NGRAM", *SPEC, env=EXACT, name="smollm2-ngram-exact") as s:
         out = run(s.url, prompts, TOKENS, CONCURRENCY)
     assert first_differences(plain, out) == []
-    assert sum(len(o["output_ids"]) for o in out) >= 16 * 64  # real answers, not early stops
+    assert sum(len(o["output_ids"]) for o in out) >= PROMPTS * 64  # real answers, not early stops
 
 
 def test_ssr_with_drafts_identical_to_plain(smollm2, prompts, plain):
