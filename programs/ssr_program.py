@@ -80,8 +80,7 @@ def _ssr_body(s, prompt: str, checkpoints: Sequence[int], seed_drafts: bool, max
         nonlocal s, used, ended
         name = f"reasoning_{len(segments)}"
         s += sgl.gen(name, max_tokens=upto - used, stop=m.end, temperature=temperature)
-        text = s[name]  # waits for this segment only; draft branches keep running
-        meta = s.get_meta_info(name)
+        text, meta = _output(s, name)  # waits for this segment only; draft branches keep running
         segments.append(text)
         seg_ids.extend(meta["output_ids"])
         seg_meta.append(meta)
@@ -129,6 +128,20 @@ def _ssr_body(s, prompt: str, checkpoints: Sequence[int], seed_drafts: bool, max
     s.set_var("segment_meta", seg_meta)
     s.set_var("output_ids", seg_ids + (list(answer_meta["prompt_ids"][-len(_force_ids(s)):]) if forced else [])
               + answer_meta["output_ids"])
+
+
+def _output(s, name: str):
+    """``s[name]`` and its meta info, or the error its request raised: SGLang's executor thread keeps that
+    error (``s.error()``) and leaves the variable unset, which would read as a bare ``KeyError``."""
+    try:
+        return s[name], s.get_meta_info(name)
+    except KeyError:
+        ex = s.stream_executor
+        if ex.use_thread:
+            ex.worker.join(timeout=10.0)  # the executor records the error as its thread ends
+        if ex.error_ is not None:
+            raise RuntimeError(f"sgl.gen {name!r} failed: {ex.error_!r}") from ex.error_
+        raise
 
 
 def _force_ids(s) -> List[int]:

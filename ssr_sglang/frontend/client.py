@@ -24,6 +24,8 @@ from ssr_sglang.core.proposer import DraftProposer, ProposerConfig
 
 __all__ = ["ServerClient", "VerifyStats", "speculative_generate"]
 
+RETRIES = 2  # resends of a request whose connection failed (see ServerClient._send)
+
 
 class ServerClient:
     """A thin client for the native endpoints a program needs (``/generate``, ``/tokenize``, ...)."""
@@ -39,14 +41,26 @@ class ServerClient:
         self._model_info: Optional[dict] = None
         self.max_model_len: Optional[int] = None  # context length, learned from /tokenize
 
+    def _send(self, method: str, path: str, **kw) -> requests.Response:
+        """One request; sent once more on a fresh connection when the first one failed to connect or was
+        closed under it (a pooled keep-alive connection the server dropped while idle: the request never
+        reached it). A timeout or an HTTP error status is not retried."""
+        for attempt in range(RETRIES + 1):
+            try:
+                return self.session.request(method, self.base_url + path, timeout=self.timeout, **kw)
+            except requests.exceptions.ConnectionError:
+                if attempt == RETRIES:
+                    raise
+        raise AssertionError("unreachable")
+
     def _post(self, path: str, body: dict) -> dict:
-        r = self.session.post(self.base_url + path, json=body, timeout=self.timeout)
+        r = self._send("POST", path, json=body)
         if r.status_code != 200:
             raise RuntimeError(f"{path} failed with HTTP {r.status_code}: {r.text[:2000]}")
         return r.json()
 
     def _get(self, path: str) -> dict:
-        r = self.session.get(self.base_url + path, timeout=self.timeout)
+        r = self._send("GET", path)
         r.raise_for_status()
         return r.json()
 
