@@ -8,8 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The full run spreads test files over two pytest-xdist workers (one file's tests, and so its module-scoped
-# servers, stay on one worker); pass -n 0 to run them one at a time.
-select=(-n 2 --dist loadfile)
+# servers, stay on one worker), longest file first (tests/conftest.py: LONGEST_FIRST); pass -n 0 to run them
+# one at a time.
+select=(-n 2 --dist loadfile --no-loadscope-reorder)
 if [ "${1:-}" = "--fast" ]; then
   shift
   select=(-m "not slow and (not server or smoke)")

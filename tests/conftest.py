@@ -51,6 +51,26 @@ def _guard_server_starts() -> None:
 
 _guard_server_starts()
 
+# Scheduling for the full run (scripts/test.sh: -n 2 --dist loadfile --no-loadscope-reorder): xdist hands the
+# files out in collection order, so the longest go first and the many short ones fill in behind them (longest
+# processing time first); xdist's own reorder (most tests first) left the few-test, many-server files for
+# last, one worker running them alone. By each file's time in the fresh-clone CI of 2026-12-07, longest first;
+# a file not listed keeps its place after these.
+LONGEST_FIRST = (
+    "tests/srt/test_exact_smollm2.py", "tests/srt/test_parallel_cpu.py", "tests/test_main_job.py",
+    "tests/srt/test_ssr_hybrid.py", "tests/srt/test_spec_sampling_server.py", "tests/reliability/test_context_limit.py",
+    "tests/srt/test_token_counts_smollm2.py", "tests/benchmarks/test_grammar_kits.py", "tests/srt/test_constrained.py",
+    "tests/programs/test_ssr_programs.py", "tests/srt/test_cpu_serving.py", "tests/benchmarks/test_bench_smoke.py",
+    "tests/reliability/test_faults.py", "tests/srt/test_ssr_server.py", "tests/srt/test_ssr_bundled_model.py",
+    "tests/srt/test_ssr_hybrid_reasoner.py", "tests/reliability/test_soak.py", "tests/reliability/test_lifecycle.py",
+    "tests/srt/test_ssr_overlap_cpu.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {f: i for i, f in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: files stay whole
+
 PROMPT_TOPICS = [
     "count the items then add", "check the table row", "sum the price and qty", "list the names",
     "what is 12 + 7", "first add then check", "return the total", "print each item",

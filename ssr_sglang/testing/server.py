@@ -112,12 +112,14 @@ class Server:
             return ""
         return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-n:])
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 2.0) -> None:
+        """SIGTERM to the server's process group, SIGKILL after ``grace`` seconds: SGLang's own shutdown spends
+        about 5 s looking for crashed schedulers to trace, and a test server has nothing to flush."""
         if self.proc is None or self.proc.poll() is not None:
             return
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=grace)
         except (subprocess.TimeoutExpired, ProcessLookupError):
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

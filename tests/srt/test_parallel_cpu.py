@@ -1,11 +1,12 @@
 """Tensor and data parallelism on real CPU servers (issue 16): ``--tp-size 2`` and ``--dp-size 2``.
 
-Greedy outputs of plain decoding, NGRAM and SSR with TP=2, and of SSR with DP=2, are compared token for
+Greedy outputs of plain decoding and SSR with TP=2, and of SSR with DP=2, are compared token for
 token with a TP=1 plain server on the same prompts (batch 1 and 8 concurrent); under TP=2 drafts are
 forked and the ranks' decision digests (ssr_sglang.srt.consensus: draft rids, fork points, skips,
 decision reasons, proposal trees, accepted lengths) are compared after every scheduler step. One server
 per configuration, each stopped before the next starts (a class-scoped fixture): this 2-core machine
-runs one TP group at a time.
+runs one TP group at a time. NGRAM under TP is SGLang's own algorithm, so it has no server here (the
+upstream fixes the plugin applies to every speculative server are tested in tests/srt/test_sglang_fixes.py).
 """
 
 from __future__ import annotations
@@ -83,13 +84,6 @@ def tp2_plain(tiny_qwen3, references):
 
 
 @pytest.fixture(scope="class")
-def tp2_ngram(tiny_qwen3, references):
-    with _server(tiny_qwen3, "--tp-size", "2", "--speculative-algorithm", "NGRAM",
-                 "--speculative-num-draft-tokens", "8", name="parallel-tp2-ngram") as s:
-        yield s
-
-
-@pytest.fixture(scope="class")
 def tp2_ssr(tiny_qwen3, references):
     with _server(tiny_qwen3, "--tp-size", "2", "--speculative-algorithm", "SSR", "--speculative-num-draft-tokens",
                  "8", env=SSR_ENV, name="parallel-tp2-ssr") as s:
@@ -115,11 +109,6 @@ def dp2_ssr(tiny_qwen3, references):
 class TestTP2Plain:
     def test_greedy_identical_to_tp1(self, tp2_plain, chat_prompts, references):
         _check_identical(tp2_plain, chat_prompts, references["tiny"])
-
-
-class TestTP2Ngram:
-    def test_greedy_identical_to_tp1(self, tp2_ngram, chat_prompts, references):
-        _check_identical(tp2_ngram, chat_prompts, references["tiny"])
 
 
 class TestTP2SSR:
