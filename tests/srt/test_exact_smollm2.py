@@ -1,9 +1,10 @@
 """Exact mode (``SSR_CPU_EXACT_VERIFY=1``) on a real pretrained model: SmolLM2-135M-Instruct in bf16,
-8 prompts x 256 greedy tokens, all at once; SSR's outputs (and NGRAM's on the first 2 x 128) token-identical to
-plain's.
+8 prompts x 256 greedy tokens, all at once; SSR's outputs (and, on the first 2 x 128, those of requests with SSR off:
+SGLang's n-gram proposals, as under NGRAM) token-identical to plain's.
 
 SSR gets plain's output with every 40th token changed as each prompt's client draft, so its answer is
-verified from draft proposals (prefix and suffix), not only n-gram ones. One server runs at a time.
+verified from draft proposals (prefix and suffix), not only n-gram ones. One server works at a time (the SmolLM2 SSR
+server waits, idle, while the reasoner's two run).
 A difference is reported with the position and plain's own top-2 log-probability gap there.
 """
 
@@ -24,8 +25,9 @@ EXACT = {"SSR_CPU_EXACT_VERIFY": "1"}
 SPEC = ("--speculative-num-draft-tokens", "8")
 TOKENS = 256
 PROMPTS = 8  # one wave: with 16, the NGRAM test alone ran over 20 minutes in a fresh-clone CI on a 2-core EPYC (2026-12-07)
+REASONER_TOKENS = 256  # a draft every 24 reasoning tokens: several per request before the answer
 CONCURRENCY = 8  # 8 requests x 8 tree nodes: verify steps stay within exact mode's one-row-at-a-time bound
-NGRAM_PROMPTS, NGRAM_TOKENS = 2, 128  # NGRAM alone: 10-20 min on 8 or 16 prompts x 256, 4 min on 4 x 128 (2026-12-07)
+NGRAM_PROMPTS, NGRAM_TOKENS = 2, 128  # n-gram trees verify every node: the costliest steps in exact mode
 
 
 @pytest.fixture(scope="module")
@@ -48,24 +50,30 @@ def plain(smollm2, prompts):
         return run(s.url, prompts, TOKENS, CONCURRENCY, top2=True)
 
 
-def test_ngram_identical_to_plain(smollm2, prompts, plain):
-    """The first NGRAM_PROMPTS prompts, NGRAM_TOKENS each: NGRAM verifies every node of its trees, one row at a
-    time in exact mode, so it costs several times SSR's narrowed steps; plain's longer outputs are cut to match."""
-    with start_server(smollm2, "--speculative-algorithm", "NGRAM", *SPEC, env=EXACT, name="smollm2-ngram-exact") as s:
-        out = run(s.url, prompts[:NGRAM_PROMPTS], NGRAM_TOKENS, NGRAM_PROMPTS)
-    ref = [{**p, "output_ids": p["output_ids"][:NGRAM_TOKENS]} for p in plain[:NGRAM_PROMPTS]]
-    assert first_differences(ref, out) == []
-    assert sum(len(o["output_ids"]) for o in out) >= NGRAM_PROMPTS * 64  # real answers, not early stops
-
-
-def test_ssr_with_drafts_identical_to_plain(smollm2, prompts, plain):
-    drafts = [edited(p["output_ids"]) for p in plain]
+@pytest.fixture(scope="module")
+def ssr_server(smollm2):
     with start_server(smollm2, "--speculative-algorithm", "SSR", *SPEC, env=EXACT, name="smollm2-ssr-exact") as s:
-        out = run(s.url, prompts, TOKENS, CONCURRENCY, drafts=drafts)
+        yield s
+
+
+def test_ssr_with_drafts_identical_to_plain(ssr_server, prompts, plain):
+    drafts = [edited(p["output_ids"]) for p in plain]
+    out = run(ssr_server.url, prompts, TOKENS, CONCURRENCY, drafts=drafts)
     assert first_differences(plain, out) == []
     ssr = [o["meta_info"]["ssr"] for o in out]
     assert all(m["phase"] == "answer" for m in ssr), ssr
     assert sum(m["accepted_prefix"] for m in ssr) > 0 and sum(m["accepted_suffix"] for m in ssr) > 0, ssr
+
+
+def test_ngram_proposals_identical_to_plain(ssr_server, prompts, plain):
+    """The first NGRAM_PROMPTS prompts, NGRAM_TOKENS each, with SSR off per request (``{"ssr": false}``: served
+    with SGLang's n-gram proposals, as under NGRAM): every node of every tree verified, one row at a time in exact
+    mode, several times the cost of SSR's narrowed steps. Plain's longer outputs are cut to match."""
+    out = run(ssr_server.url, prompts[:NGRAM_PROMPTS], NGRAM_TOKENS, NGRAM_PROMPTS, custom={"ssr": False})
+    ref = [{**p, "output_ids": p["output_ids"][:NGRAM_TOKENS]} for p in plain[:NGRAM_PROMPTS]]
+    assert first_differences(ref, out) == []
+    assert sum(len(o["output_ids"]) for o in out) >= NGRAM_PROMPTS * 64  # real answers, not early stops
+    assert sum(o["meta_info"]["spec_accept_length"] > 1.0 for o in out) >= 1, [o["meta_info"] for o in out]
 
 
 def test_ssr_forking_its_own_drafts_on_the_reasoner_identical_to_plain():
@@ -83,11 +91,11 @@ def test_ssr_forking_its_own_drafts_on_the_reasoner_identical_to_plain():
     model = str(cached_reasoner())
     prompts = [t["input_ids"] for t in reasoner_tasks(AutoTokenizer.from_pretrained(model), 4, skip=0)]
     with start_server(model, env=EXACT, name="reasoner-plain-exact") as s:
-        plain = run(s.url, prompts, 384, 4, top2=True)
+        plain = run(s.url, prompts, REASONER_TOKENS, 4, top2=True)
     forced = {**EXACT, **SSR_ENV, "SSR_POLICY": "fixed", "SSR_EVERY": "24", "SSR_MAX_DRAFTS": "6",
               "SSR_MAX_BATCH": "16"}  # drafts beside 4 running requests
     with start_server(model, "--speculative-algorithm", "SSR", *SPEC, env=forced, name="reasoner-ssr-exact") as s:
-        out = run(s.url, prompts, 384, 4)
+        out = run(s.url, prompts, REASONER_TOKENS, 4)
     assert first_differences(plain, out) == []
     started = [o["meta_info"]["ssr"]["drafts_started"] for o in out]
     assert max(started) >= 2, started  # a checkpoint after a draft finished: where the tree could mix them up
