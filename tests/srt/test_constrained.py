@@ -22,6 +22,10 @@ from ssr_sglang.models.tasks import ANSWER_GRAMMARS
 pytestmark = pytest.mark.server
 
 FIXED_SCHEDULE = {"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "8", "SSR_MAX_DRAFT_TOKENS": "160"}
+# adaptive (the widest proposal in the batch): steps still narrowed, grammar trees included, but by what was proposed,
+# not by measured timings; with auto a busy machine picks other widths, other verify shapes round bf16 otherwise, and
+# a near-tie went the other way (the fresh-clone run of c70eeb0: one structural-tag answer, "grape" for "apple")
+WIDTH = {"SSR_VERIFY_WIDTH": "adaptive"}
 # no free whitespace in JSON: the tiny model would otherwise fill its tokens with newlines
 # --enable-strict-thinking: every request gets SGLang's reasoner grammar (an unconstrained one without an inner
 # grammar, whose mask on CPU is the plugin's stand-in), and max_thinking_tokens (a thinking budget) is allowed
@@ -108,7 +112,7 @@ def runs():
     path = bundled_model_path()
     with start_server(path, *ARGS, name="constrained-plain") as s:
         plain, plain_bad = _collect(s.url, examples, prompts), _bad(s.url, prompts[0])
-    with start_server(path, *ARGS, "--speculative-algorithm", "SSR", env=FIXED_SCHEDULE, name="constrained-ssr") as s:
+    with start_server(path, *ARGS, "--speculative-algorithm", "SSR", env={**FIXED_SCHEDULE, **WIDTH}, name="constrained-ssr") as s:
         ssr, ssr_bad = _collect(s.url, examples, prompts), _bad(s.url, prompts[0])
         ngram = _collect(s.url, examples, prompts, custom_params={"ssr": False})
         after_bad = _generate(s.url, prompts[0], GEN_MODES["regex"])  # still serving after the bad input
