@@ -71,6 +71,7 @@ def pytest_collection_modifyitems(config, items):
     rank = {f: i for i, f in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: files stay whole
 
+
 PROMPT_TOPICS = [
     "count the items then add", "check the table row", "sum the price and qty", "list the names",
     "what is 12 + 7", "first add then check", "return the total", "print each item",

@@ -42,16 +42,16 @@ class ServerClient:
         self.max_model_len: Optional[int] = None  # context length, learned from /tokenize
 
     def _send(self, method: str, path: str, **kw) -> requests.Response:
-        """One request; sent once more on a fresh connection when the first one failed to connect or was
-        closed under it (a pooled keep-alive connection the server dropped while idle: the request never
-        reached it). A timeout or an HTTP error status is not retried."""
-        for attempt in range(RETRIES + 1):
+        """One request, sent again (``RETRIES`` times at most) on a fresh connection when it failed to connect
+        or its connection was closed under it (a pooled keep-alive connection the server dropped while idle:
+        the request never reached it). A timeout or an HTTP error status is not retried."""
+        url = self.base_url + path
+        for _ in range(RETRIES):
             try:
-                return self.session.request(method, self.base_url + path, timeout=self.timeout, **kw)
+                return self.session.request(method, url, timeout=self.timeout, **kw)
             except requests.exceptions.ConnectionError:
-                if attempt == RETRIES:
-                    raise
-        raise AssertionError("unreachable")
+                pass
+        return self.session.request(method, url, timeout=self.timeout, **kw)
 
     def _post(self, path: str, body: dict) -> dict:
         r = self._send("POST", path, json=body)
