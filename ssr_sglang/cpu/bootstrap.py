@@ -10,7 +10,11 @@ this module at interpreter start when ``SGLANG_USE_CPU_ENGINE=1`` (and only then
   rank in each rank's process (:mod:`ssr_sglang.cpu.parallel`);
 * it installs an import finder that, when ``sgl_kernel`` is imported and the real package fails to
   load (no CPU build of sgl-kernel is on PyPI; the CUDA one needs ``libcuda.so.1``), serves the
-  pure-torch stand-ins of :mod:`ssr_sglang.cpu.sgl_kernel_shim` under that name instead.
+  pure-torch stand-ins of :mod:`ssr_sglang.cpu.sgl_kernel_shim` under that name instead;
+* it hides the CUDA-only packages SGLang imports only to see whether they are there
+  (:data:`CUDA_ONLY`: ``flashinfer``): ``import flashinfer`` raises ``ModuleNotFoundError`` and
+  ``importlib.util.find_spec`` returns None, as on a machine without them, so SGLang takes its CPU
+  fallbacks without loading them (about 2.5 s of imports in each of a server's three processes).
 
 A working ``sgl_kernel`` (a GPU machine, or a real CPU build) is always used untouched.
 Set ``SSR_SGLANG_CPU_SHIM=0`` to switch the stand-ins off.
@@ -23,6 +27,7 @@ import sys
 
 BIND_DEFAULTED_ENV = "SSR_SGLANG_CPU_BIND_DEFAULTED"  # read by ssr_sglang.cpu.parallel
 CPU_ENV_DEFAULTS = {"OMP_NUM_THREADS": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0"}
+CUDA_ONLY = ("flashinfer",)  # imported by SGLang under try/except ImportError or behind find_spec
 
 
 def cpu_engine_requested() -> bool:
@@ -77,10 +82,18 @@ def _real_sgl_kernel_loads() -> bool:
         sys.meta_path[:0] = finders
 
 
+def hide_cuda_only_packages() -> None:
+    """``None`` in ``sys.modules`` is Python's own marker for a module that must not be imported."""
+    for name in CUDA_ONLY:
+        if name not in sys.modules:
+            sys.modules[name] = None
+
+
 def install() -> None:
     if not cpu_engine_requested():
         return
     apply_cpu_env_defaults()
+    hide_cuda_only_packages()
     from ssr_sglang import settings  # here, not at the top: this module runs at every interpreter start
 
     if not settings.get("SSR_SGLANG_CPU_SHIM"):

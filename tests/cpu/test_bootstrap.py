@@ -23,6 +23,13 @@ try:
     import sgl_kernel.no_such_submodule
 except ImportError:
     info["submodule"] = "ImportError"
+import importlib.util
+info["flashinfer_spec"] = importlib.util.find_spec("flashinfer") is not None
+try:
+    import flashinfer
+    info["flashinfer"] = "imported"
+except ModuleNotFoundError:
+    info["flashinfer"] = "ModuleNotFoundError"
 print("INFO", json.dumps(info))
 """
 
@@ -45,6 +52,7 @@ def test_cpu_engine_gets_stand_ins_and_defaults():
     assert info["torch_op"] is True
     assert info["amx_marker"] is False  # would route every layer through AMX-only kernels
     assert info["submodule"] == "ImportError"  # SGLang's ImportError fallbacks keep working
+    assert info["flashinfer"] == "ModuleNotFoundError" and info["flashinfer_spec"] is False  # CUDA-only, hidden
 
 
 def test_user_settings_win():
