@@ -43,18 +43,21 @@ def test_plugin_loaded_without_errors(plain_server):
 ENGINE_SCRIPT = """
 import json, sys
 import sglang
-engine = sglang.Engine(model_path=sys.argv[1], device="cpu", dtype="bfloat16", max_total_tokens=4096,
-                       mem_fraction_static=0.8, skip_server_warmup=True, log_level="warning", **json.loads(sys.argv[2]))
-try:
-    out = engine.generate(input_ids=[5, 6, 7, 8, 9, 10], sampling_params={"max_new_tokens": 24, "temperature": 0, "ignore_eos": True})
-    print("RESULT", json.dumps({"output_ids": out["output_ids"], "meta": out["meta_info"]}))
-finally:
-    engine.shutdown()
+for kwargs in json.loads(sys.argv[2]):
+    engine = sglang.Engine(model_path=sys.argv[1], device="cpu", dtype="bfloat16", max_total_tokens=4096,
+                           mem_fraction_static=0.8, skip_server_warmup=True, log_level="warning", **kwargs)
+    try:
+        out = engine.generate(input_ids=[5, 6, 7, 8, 9, 10],
+                              sampling_params={"max_new_tokens": 24, "temperature": 0, "ignore_eos": True})
+        print("RESULT", json.dumps({"output_ids": out["output_ids"], "meta": out["meta_info"]}), flush=True)
+    finally:
+        engine.shutdown()
 """
 
 
-def run_engine(model, **kwargs) -> dict:
-    """``sglang.Engine`` the way a user runs it on CPU: a script started with the CPU environment."""
+def run_engines(model, *configs: dict) -> list:
+    """``sglang.Engine`` the way a user runs it on CPU: a script started with the CPU environment, which
+    starts, uses and shuts down one Engine per config in turn (SGLang imported once)."""
     import json
     import os
     import subprocess
@@ -62,18 +65,18 @@ def run_engine(model, **kwargs) -> dict:
 
     from ssr_sglang.testing.server import CPU_ENV
 
-    proc = subprocess.run([sys.executable, "-c", ENGINE_SCRIPT, str(model), json.dumps(kwargs)],
-                          env={**os.environ, **CPU_ENV}, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", ENGINE_SCRIPT, str(model), json.dumps(configs)],
+                          env={**os.environ, **CPU_ENV}, capture_output=True, text=True, timeout=600)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    assert proc.returncode == 0 and len(lines) == len(configs), proc.stdout[-2000:] + proc.stderr[-4000:]
+    return [json.loads(l[len("RESULT "):]) for l in lines]
 
 
 def test_engine_on_cpu_with_llama_plain_ngram_and_ssr(tiny_llama):
     """One plain Engine run is the reference of both speculative ones (SSR's was test_ssr_server's)."""
-    plain = run_engine(tiny_llama)
-    ngram = run_engine(tiny_llama, speculative_algorithm="NGRAM", speculative_num_draft_tokens=8)
-    ssr = run_engine(tiny_llama, speculative_algorithm="SSR", speculative_num_draft_tokens=8)
+    spec = {"speculative_num_draft_tokens": 8}
+    plain, ngram, ssr = run_engines(tiny_llama, {}, {"speculative_algorithm": "NGRAM", **spec},
+                                    {"speculative_algorithm": "SSR", **spec})
     assert len(plain["output_ids"]) == 24
     assert ngram["output_ids"] == plain["output_ids"]
     assert ssr["output_ids"] == plain["output_ids"]
