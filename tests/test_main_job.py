@@ -8,46 +8,35 @@ import pytest
 
 
 @pytest.mark.server
-def test_main_job_on_bundled_model(tmp_path):
-    from ssr_sglang.main_job import main
-
-    assert main(["--n", "2", "--warmup", "4", "--methods", "plain,ssr", "--out", str(tmp_path)]) == 0
-    result = json.loads((tmp_path / "results.json").read_text())
-    ssr = result["summary"]["ssr"]
-    assert ssr["identical_to_plain"] == 2
-    assert ssr["answers_correct"] == 2
-    lo, hi = ssr["e2e_speedup_ci95"]
-    assert lo <= ssr["e2e_speedup"] <= hi
-    assert ssr["per_task_speedup"]["min"] <= ssr["per_task_speedup"]["max"]
-    # after the warm-up the policy decides from the server's own history, and says why
-    for row in result["results"]["ssr"]:
-        decisions = row["ssr"]["decisions"]
-        assert decisions and not any(d["reason"].startswith("learning") for d in decisions), decisions
-    md = (tmp_path / "results.md").read_text()
-    assert "95% CI" in md and md.count("|") > 20
-
-
-@pytest.mark.server
-def test_main_job_with_constrained_answers(tmp_path):
-    """``--grammar regex``: every task also served with its answer under the answer-format regex (after the
-    think end): constrained SSR equals constrained plain, its answers match the regex, and it gets drafts."""
+def test_main_job_on_bundled_model_with_constrained_answers(tmp_path):
+    """The README's command, default settings, plus ``--grammar regex`` (every task also served with its answer
+    under the answer-format regex, after the think end) in the same run on the same servers: SSR equals plain,
+    unconstrained and constrained alike; constrained answers match the regex; after the warm-up the policy
+    decides from measurements. (That constrained requests get drafts, on a fixed schedule so that a busy
+    machine cannot talk the policy out of them, is tests/srt/test_constrained.py's.)"""
     import re
 
     from ssr_sglang.main_job import main
     from ssr_sglang.models.tasks import ANSWER_GRAMMARS
 
-    # a fixed schedule: whether the auto policy forks on a busy machine is not what this test checks (and so
-    # one warm-up task: the policy has nothing to learn)
-    assert main(["--n", "2", "--warmup", "1", "--methods", "plain,ssr", "--grammar", "regex",
-                 "--ssr-env", '{"SSR_EVERY": "16", "SSR_MAX_DRAFTS": "4"}', "--out", str(tmp_path)]) == 0
+    assert main(["--n", "2", "--warmup", "4", "--methods", "plain,ssr", "--grammar", "regex",
+                 "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "results.json").read_text())
     assert set(result["results"]) == {"plain", "ssr", "plain+regex", "ssr+regex"}
-    summary = result["summary"]["ssr+regex"]
-    assert summary["identical_to_plain"] == 2 and summary["answers_correct"] == 2
+    for method in ("ssr", "ssr+regex"):
+        summary = result["summary"][method]
+        assert summary["identical_to_plain"] == 2 and summary["answers_correct"] == 2, (method, summary)
+        lo, hi = summary["e2e_speedup_ci95"]
+        assert lo <= summary["e2e_speedup"] <= hi
+        assert summary["per_task_speedup"]["min"] <= summary["per_task_speedup"]["max"]
+        for row in result["results"][method]:
+            decisions = row["ssr"]["decisions"]
+            assert decisions and not any(d["reason"].startswith("learning") for d in decisions), decisions
     for row in result["results"]["ssr+regex"]:
         assert re.fullmatch(ANSWER_GRAMMARS["regex"], row["text"].split("</think>")[-1]), row["text"]
-    assert summary["drafts_started"] > 0
-    assert "ssr+regex" in (tmp_path / "results.md").read_text()
+    assert result["summary"]["ssr"]["drafts_started"] > 0
+    md = (tmp_path / "results.md").read_text()
+    assert "95% CI" in md and md.count("|") > 20 and "ssr+regex" in md
 
 
 def test_constrained_runs_are_compared_with_plain_under_the_same_grammar():
