@@ -25,7 +25,10 @@ EXACT = {"SSR_CPU_EXACT_VERIFY": "1"}
 SPEC = ("--speculative-num-draft-tokens", "8")
 TOKENS = 256
 PROMPTS = 8  # one wave: with 16, the NGRAM test alone ran over 20 minutes in a fresh-clone CI on a 2-core EPYC (2026-12-07)
-REASONER_TOKENS = 256  # a draft every 24 reasoning tokens: several per request before the answer
+# The reasoner's first 3 held-out prompts think for 141, 162 and 122 tokens and end (EOS) after 217, 246 and 202
+# (2026-12-07): 208 tokens cover every think block, with 5 or 6 drafts each (one every 24 reasoning tokens),
+# and 46 to 86 answer tokens verified from them.
+REASONER_PROMPTS, REASONER_TOKENS = 3, 208
 CONCURRENCY = 8  # 8 requests x 8 tree nodes: verify steps stay within exact mode's one-row-at-a-time bound
 NGRAM_PROMPTS, NGRAM_TOKENS = 2, 128  # n-gram trees verify every node: the costliest steps in exact mode
 
@@ -80,22 +83,23 @@ def test_ssr_forking_its_own_drafts_on_the_reasoner_identical_to_plain():
     """The SmolLM2 reasoner, which closes its think block: SSR forks drafts itself (a draft every 24
     reasoning tokens, several per request), and its output still equals plain's. A fork's prefill
     recomputes its parent's newest token; were that KV published in the tree, the parent's next
-    checkpoint would take it in place of its own (found on the main job: 7 of 10 identical). The four
-    prompts (561 tokens) are prefilled together in one run and apart in the other, after a shared prefix
-    was cached or not: exact mode computes every prompt row alone, so their KV is the same."""
+    checkpoint would take it in place of its own (found on the main job: 7 of 10 identical). The prompts
+    are prefilled together in one run and apart in the other, after a shared prefix was cached or not:
+    exact mode computes every prompt row alone, so their KV is the same."""
     from transformers import AutoTokenizer
 
     from ssr_sglang.main_job import reasoner_tasks
     from ssr_sglang.models.smollm2_reasoner.build import SSR_ENV, cached_reasoner
 
     model = str(cached_reasoner())
-    prompts = [t["input_ids"] for t in reasoner_tasks(AutoTokenizer.from_pretrained(model), 4, skip=0)]
+    prompts = [t["input_ids"] for t in reasoner_tasks(AutoTokenizer.from_pretrained(model), REASONER_PROMPTS, skip=0)]
     with start_server(model, env=EXACT, name="reasoner-plain-exact") as s:
-        plain = run(s.url, prompts, REASONER_TOKENS, 4, top2=True)
+        plain = run(s.url, prompts, REASONER_TOKENS, REASONER_PROMPTS, top2=True)
     forced = {**EXACT, **SSR_ENV, "SSR_POLICY": "fixed", "SSR_EVERY": "24", "SSR_MAX_DRAFTS": "6",
-              "SSR_MAX_BATCH": "16"}  # drafts beside 4 running requests
+              "SSR_MAX_BATCH": "16"}  # drafts beside the running requests
     with start_server(model, "--speculative-algorithm", "SSR", *SPEC, env=forced, name="reasoner-ssr-exact") as s:
-        out = run(s.url, prompts, REASONER_TOKENS, 4)
+        out = run(s.url, prompts, REASONER_TOKENS, REASONER_PROMPTS)
     assert first_differences(plain, out) == []
     started = [o["meta_info"]["ssr"]["drafts_started"] for o in out]
     assert max(started) >= 2, started  # a checkpoint after a draft finished: where the tree could mix them up
+    assert all(o["meta_info"]["ssr"]["phase"] == "answer" for o in out), [o["meta_info"]["ssr"] for o in out]
