@@ -55,15 +55,16 @@ _guard_server_starts()
 # files out in collection order, so the longest go first and the many short ones fill in behind them (longest
 # processing time first); xdist's own reorder (most tests first) left the few-test, many-server files for
 # last, one worker running them alone. By each file's time in the fresh-clone run of 2026-12-07
-# (benchmarks/results/test-suite-1207), longest first; a file not listed keeps its place after these.
+# (benchmarks/results/test-suite-1207/c70eeb0, less what the later cuts saved), longest first; a file not listed
+# keeps its place after these.
 LONGEST_FIRST = (
     "tests/srt/test_exact_smollm2.py", "tests/srt/test_parallel_cpu.py", "tests/srt/test_spec_sampling_server.py",
-    "tests/srt/test_ssr_hybrid.py", "tests/test_main_job.py", "tests/srt/test_cpu_serving.py",
-    "tests/reliability/test_context_limit.py", "tests/benchmarks/test_bench_smoke.py", "tests/srt/test_constrained.py",
-    "tests/srt/test_token_counts_smollm2.py", "tests/programs/test_ssr_programs.py", "tests/models/test_smollm2_reasoner.py",
-    "tests/reliability/test_faults.py", "tests/benchmarks/test_grammar_kits.py", "tests/srt/test_ssr_bundled_model.py",
-    "tests/srt/test_ssr_server.py", "tests/reliability/test_bad_settings.py", "tests/srt/test_ssr_hybrid_reasoner.py",
-    "tests/reliability/test_lifecycle.py", "tests/srt/test_ssr_overlap_cpu.py", "tests/reliability/test_soak.py",
+    "tests/srt/test_ssr_hybrid.py", "tests/reliability/test_context_limit.py", "tests/benchmarks/test_bench_smoke.py",
+    "tests/srt/test_constrained.py", "tests/test_main_job.py", "tests/srt/test_cpu_serving.py",
+    "tests/programs/test_ssr_programs.py", "tests/srt/test_token_counts_smollm2.py", "tests/reliability/test_faults.py",
+    "tests/srt/test_ssr_server.py", "tests/srt/test_ssr_bundled_model.py", "tests/reliability/test_bad_settings.py",
+    "tests/benchmarks/test_grammar_kits.py", "tests/srt/test_ssr_hybrid_reasoner.py", "tests/srt/test_ssr_overlap_cpu.py",
+    "tests/reliability/test_lifecycle.py", "tests/reliability/test_soak.py", "tests/models/test_smollm2_reasoner.py",
 )
 
 
