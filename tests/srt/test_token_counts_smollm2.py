@@ -1,7 +1,7 @@
 """``meta_info["ssr"]``'s ``reasoning_tokens + answer_tokens == completion_tokens`` on a real model: SmolLM2-135M-
 Instruct with its think block opened for it (the model never closes it: every request ends at ``max_new_tokens``
 inside its reasoning, where a verify step may accept tokens past the cap) and with it closed in the prompt (no
-reasoning). One SSR server; about 3 minutes on 2 busy cores."""
+reasoning). One SSR server."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_reasoning_and_answer_tokens_add_up_on_smollm2():
     bad, phases = [], set()
     with start_server(path, "--speculative-algorithm", "SSR", env=MARKERS, name="smollm2-token-counts") as s:
         for q in QUESTIONS[:3]:
-            for prefix, max_new in (("<think>\n", 61), ("<think>\n", 96), ("<think>\nI know.\n</think>\n\n", 48)):
+            for prefix, max_new in (("<think>\n", 61), ("<think>\nI know.\n</think>\n\n", 48)):
                 out = s.generate(input_ids=prompt(q, prefix), max_new_tokens=max_new)
                 meta, ssr = out["meta_info"], out["meta_info"]["ssr"]
                 phases.add(ssr["phase"])
