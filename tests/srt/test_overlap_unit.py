@@ -127,6 +127,9 @@ def test_registered_with_overlap_support_and_synchronous_on_cpu_unless_forced(mo
                   disaggregation_mode="null", pp_size=1)
 
     monkeypatch.delenv(spec.FORCE_OVERLAP_CPU_ENV, raising=False)
+    # the CUDA server's kernel check (tests/srt/test_cuda_kernel_check.py) is not this test's: the CPU engine
+    # this process runs on hides flashinfer
+    monkeypatch.setattr(spec, "check_cuda_kernels", lambda device: None)
     cpu, gpu = args("cpu"), args("cuda")
     spec.SSRSpecAlgo.handle_server_args(None, cpu)
     spec.SSRSpecAlgo.handle_server_args(None, gpu)
