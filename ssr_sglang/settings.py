@@ -110,8 +110,8 @@ SETTINGS: Dict[str, Setting] = {s.name: s for s in (
     _S("SSR_MAX_BATCH", "int", None, "skip new drafts when this many requests run", "server", low=1,
        default_text="4 on CPU, 32 on GPU"),
     _S("SSR_VERIFY_WIDTH", "choice", "auto", "`auto`: per step, the width with the most tokens per second by "
-       "measured row cost and node acceptance (ssr_sglang.core.width; CPU without recurrent state, elsewhere "
-       "`full`); `full`: every tree node; `adaptive` (CPU only): as many as the proposals fill", "server",
+       "measured row cost and node acceptance (ssr_sglang.core.width; CPU, recurrent models without overlap "
+       "scheduling; elsewhere `full`); `full`: every tree node; `adaptive` (CPU only): as many as the proposals fill", "server",
        choices=("auto", "full", "adaptive")),
     _S("SSR_THINK_START", "text", None, "think-start marker, when the tokenizer's are unusual (with "
        "SSR_THINK_END)", "server"),

@@ -11,7 +11,8 @@ draft manager's ``before_batch``), from host copies.
 
 Modes (``SSR_VERIFY_WIDTH``): ``auto`` (a :class:`~ssr_sglang.core.width.WidthPolicy` chooses from
 measured costs and acceptance), ``adaptive`` (the widest proposal in the batch) and ``full`` (never
-narrowed; also wherever narrowing is impossible: GPUs, tensor parallelism, recurrent state). Narrowing
+narrowed; also wherever narrowing is impossible: GPUs, tensor parallelism, sliding windows, recurrent state
+under overlap scheduling). Narrowing
 never changes the output: the first ``w`` nodes of a tree laid out parent before child are a subtree.
 A failure of the width policy turns it off (full width from then on); it never fails a batch.
 """
@@ -62,10 +63,13 @@ class VerifyWidth:
     ``policy``: the width policy of ``auto`` (None: the widest proposal, when ``adaptive``).
     """
 
-    def __init__(self, full: int, adaptive: bool, policy: Optional[WidthPolicy]):
+    def __init__(self, full: int, adaptive: bool, policy: Optional[WidthPolicy], recurrent: bool = False):
         self.full = full
         self.adaptive = adaptive
         self.policy = policy
+        # recurrent (Gated DeltaNet) layers: SGLang commits a verify step's states by the tree width it reads
+        # from the worker's draft_token_num, which a narrowed step must set to its width (the worker does)
+        self.recurrent = recurrent
         self.width = full  # nodes verified in the current step
         self._widths: Optional[list] = None  # per request of the batch being prepared: nodes in use
         self._kinds: Optional[list] = None  # ... and where its proposal came from (width policy)
@@ -77,13 +81,14 @@ class VerifyWidth:
         self._forwards = 0  # forward passes so far (the width policy pairs consecutive steps)
 
     @classmethod
-    def for_runner(cls, setting: str, full: int, runner, tp_size: int) -> "VerifyWidth":
+    def for_runner(cls, setting: str, full: int, runner, tp_size: int, overlap: bool = False) -> "VerifyWidth":
         """The width control ``SSR_VERIFY_WIDTH=setting`` gets on this runner (see :func:`narrowable`)."""
-        adaptive = narrowable(setting, runner)
+        adaptive = narrowable(setting, runner, overlap)
         # Tensor-parallel ranks time differently and must verify the same trees: they keep the full width.
         if setting == "auto" and tp_size > 1:
             adaptive = False
-        return cls(full, adaptive, WidthPolicy(full) if adaptive and setting == "auto" else None)
+        return cls(full, adaptive, WidthPolicy(full) if adaptive and setting == "auto" else None,
+                   recurrent=recurrent_state(runner))
 
     # -- a forward pass ---------------------------------------------------------------------------
     def start(self, batch, started: float) -> None:
@@ -250,11 +255,21 @@ def _committed(result) -> float:
     return float(lens.sum()) if lens is not None else 0.0
 
 
-def narrowable(setting: str, runner) -> bool:
+def recurrent_state(runner) -> bool:
+    """The model has recurrent (Mamba / Gated DeltaNet) layers whose states a verify step commits."""
+    return mambaish_config(runner.model_config) is not None
+
+
+def narrowable(setting: str, runner, overlap: bool = False) -> bool:
     """``SSR_VERIFY_WIDTH``: narrow verify steps only where the verify input has a flat tree mask and no
-    fixed-shape CUDA graphs, and the model has no recurrent state committed at the full width. ``auto``
-    falls back to the full width where narrowing is not possible; ``adaptive`` asked for it explicitly,
-    so a GPU refuses it."""
+    fixed-shape CUDA graphs, and the model has no sliding-window layers. ``auto`` falls back to the full
+    width where narrowing is not possible; ``adaptive`` asked for it explicitly, so a GPU refuses it.
+
+    Recurrent (Gated DeltaNet) layers narrow too, without overlap scheduling: a verify step keeps each
+    node's state at ``[slot, node]`` of the intermediate buffers, and the commit reads the accepted node's
+    at ``accepted flat index - request * width``, with the width the worker sets for the step; the first
+    ``w`` nodes of a tree (a subtree, parents before children) commit what the full tree would have. Under
+    overlap scheduling the worker keeps the full width there (the previous step's tokens are relayed at it)."""
     if setting == "full":
         return False
     if not str(runner.device).startswith("cpu"):
@@ -262,4 +277,6 @@ def narrowable(setting: str, runner) -> bool:
             return False
         raise SSRConfigError("environment variable SSR_VERIFY_WIDTH=adaptive is supported on CPU only "
                              "(GPU verify steps run at a fixed width in CUDA graphs); use 'full' or 'auto'")
-    return not getattr(runner.model_config, "is_hybrid_swa", False) and mambaish_config(runner.model_config) is None
+    if getattr(runner.model_config, "is_hybrid_swa", False):
+        return False
+    return not (overlap and recurrent_state(runner))

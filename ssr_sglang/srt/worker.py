@@ -50,7 +50,8 @@ class SSRWorker(NGRAMWorker):
 
         think = think_ids.from_config(target_worker.tokenizer, getattr(hf_config, "model_type", "") or "",
                                       get_serving().reasoning_parser, cfg)
-        self.width = VerifyWidth.for_runner(cfg.verify_width, self.draft_token_num, runner, server_args.tp_size)
+        self.width = VerifyWidth.for_runner(cfg.verify_width, self.draft_token_num, runner, server_args.tp_size,
+                                            overlap=self.enable_overlap)
         # Overlap scheduling: per request of the batch being prepared, the previous step's accepted tokens
         # not yet in req.output_ids (None when nothing is pending; see ssr_sglang.srt.overlap)
         self._pending: Optional[dict] = None
@@ -162,22 +163,26 @@ class SSRWorker(NGRAMWorker):
         super()._prepare_for_speculative_decoding(batch)  # proposals (timed in _prepare_draft_tokens)
         done = time.perf_counter()
         self.width.choose(batch)
-        if self.width.width < self.draft_token_num and self.grammar_tree_host is not None:
-            self._narrow_grammar_tree(len(batch.reqs), self.width.width)
+        if self.width.width < self.draft_token_num:
+            self._narrowed(len(batch.reqs), self.width.width)
         if batch.forward_mode.is_target_verify():
             consensus.note_tree(self.consensus, batch)  # TP ranks compare the trees (a no-op with one rank)
         self.manager.clock.host(inner - t0 + time.perf_counter() - done)
 
-    def _narrow_grammar_tree(self, bs: int, width: int) -> None:
-        """A narrowed step of a batch with a grammar: SGLang builds the grammar mask after the verify forward
-        from ``grammar_tree_host`` (the step's masks and tokens) and ``draft_token_num``; both must describe
-        the ``width``-node trees the step verifies (the first ``width`` nodes: a subtree), one mask row per
-        verified node. ``draft_token_num`` is restored once the forward returns."""
-        n = self.draft_token_num
-        mask, tokens = self.grammar_tree_host
-        self.grammar_tree_host = (np.ascontiguousarray(mask.reshape(bs, n, n)[:, :width, :width]).reshape(-1),
-                                  np.ascontiguousarray(tokens.reshape(bs, n)[:, :width]).reshape(-1))
-        self.draft_token_num = width
+    def _narrowed(self, bs: int, width: int) -> None:
+        """A step narrowed to ``width`` nodes (the first ``width`` of every tree: a subtree). After the verify
+        forward SGLang reads the trees' width from ``draft_token_num`` where it builds a grammar mask (from
+        ``grammar_tree_host``, the step's masks and tokens: cut to the same nodes here, one mask row per
+        verified node) and where it commits recurrent states (the accepted node of request ``i`` at flat
+        index ``i * draft_token_num + node``): in those steps it is set to ``width``, and restored once the
+        forward returns. Elsewhere it stays the full width, at which an overlapped step relays its tokens."""
+        if self.grammar_tree_host is not None:
+            n = self.draft_token_num
+            mask, tokens = self.grammar_tree_host
+            self.grammar_tree_host = (np.ascontiguousarray(mask.reshape(bs, n, n)[:, :width, :width]).reshape(-1),
+                                      np.ascontiguousarray(tokens.reshape(bs, n)[:, :width]).reshape(-1))
+        if self.grammar_tree_host is not None or self.width.recurrent:
+            self.draft_token_num = width
 
     def _empty_proposals(self, batch, rows=None):
         """Every request gets a tree of padding only (zero-padded as SGLang's n-gram corpus pads; the

@@ -26,8 +26,10 @@ pytestmark = pytest.mark.server
 HYBRID_ARGS = ("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")
 SPEC_ARGS = ("--speculative-num-draft-tokens", "8")
 CHECKPOINTS = [16, 48, 96]
+# SSR_VERIFY_WIDTH=adaptive: every step narrowed to the widest proposal in the batch (auto's narrowing, without its
+# timing-dependent choices), so trees are verified through the recurrent layers at several widths
 SSR_ENV = {"SSR_CHECKPOINTS": ",".join(map(str, CHECKPOINTS)), "SSR_MAX_DRAFT_TOKENS": "48", "SSR_MAX_BATCH": "32",
-           "SSR_TEST_DRAFT_TOKENS": "1", "SSR_TEST_CHECK_TREES": "1"}
+           "SSR_TEST_DRAFT_TOKENS": "1", "SSR_TEST_CHECK_TREES": "1", "SSR_VERIFY_WIDTH": "adaptive"}
 N_PROMPTS = 8
 NEW_TOKENS = 100
 
@@ -123,11 +125,12 @@ def test_ngram_identical_to_plain(plain_run, ngram_run):
 
 
 def test_ssr_identical_to_plain_batch_1(ssr_server, prompts, plain_run):
-    forked = cached = prompt_tokens = 0
+    forked = cached = prompt_tokens = steps = nodes = 0
     for prompt, ref in zip(prompts, plain_run["single"]):
         out = ssr_server.generate(input_ids=prompt, max_new_tokens=NEW_TOKENS)
         assert out["output_ids"] == ref
         ssr = out["meta_info"]["ssr"]
+        steps, nodes = steps + ssr["verify_steps"], nodes + ssr["verify_nodes"]
         if ssr["reasoning_tokens"] >= CHECKPOINTS[0] + 8:
             assert ssr["drafts_started"] >= 1, ssr
         forked += ssr["drafts_started"]
@@ -137,6 +140,7 @@ def test_ssr_identical_to_plain_batch_1(ssr_server, prompts, plain_run):
     # A draft reuses the parent's KV and recurrent state up to the fork (a cache hit needs both on a
     # hybrid model): it prefills only the forced think end and the last reasoning token.
     assert cached >= 0.9 * prompt_tokens, (cached, prompt_tokens)
+    assert nodes < int(SPEC_ARGS[1]) * steps, (nodes, steps)  # narrowed steps through the recurrent layers
 
 
 def test_ssr_identical_to_plain_8_concurrent(ssr_server, prompts, plain_run):

@@ -43,7 +43,7 @@ def test_padding_made_distinct_the_same_way_batched_or_not(bs):
 def test_a_narrowed_step_has_the_metadata_of_its_subtree(seed):
     """``VerifyWidth._narrow`` cuts the full tree's verify metadata; it must equal what SGLang's reconstruction gives
     for the subtree of the first ``width`` nodes (random parent-before-child trees, several widths); so must the
-    grammar mask's tree (``SSRWorker._narrow_grammar_tree``)."""
+    grammar mask's tree (``SSRWorker._narrowed``)."""
     from types import SimpleNamespace
 
     import torch
@@ -88,9 +88,52 @@ def test_a_narrowed_step_has_the_metadata_of_its_subtree(seed):
         assert batch.input_ids.tolist() == torch.arange(bs * n).view(bs, n)[:, :width].reshape(-1).tolist()
         # A batch with a grammar: SGLang derives the grammar mask's tree from the worker's host copy of the step's
         # trees and its draft_token_num; cut alike, they give the narrowed step's links and tokens.
-        ssr = SimpleNamespace(draft_token_num=n, grammar_tree_host=(mask.reshape(-1).copy(), np.arange(bs * n)))
-        worker.SSRWorker._narrow_grammar_tree(ssr, bs, width)
+        ssr = SimpleNamespace(draft_token_num=n, grammar_tree_host=(mask.reshape(-1).copy(), np.arange(bs * n)),
+                              width=SimpleNamespace(recurrent=False))
+        worker.SSRWorker._narrowed(ssr, bs, width)
         host_next, host_sibling = _derive_tree_links(ssr.grammar_tree_host[0], bs, ssr.draft_token_num)
         assert ssr.draft_token_num == width
         assert host_next.tolist() == want_next.tolist() and host_sibling.tolist() == want_sibling.tolist()
         assert ssr.grammar_tree_host[1].tolist() == batch.input_ids.tolist()
+
+
+def test_a_narrowed_step_hands_sglang_its_width_where_sglang_reads_it():
+    """After the verify forward SGLang reads the trees' width from the worker's ``draft_token_num`` for a
+    grammar mask and for committing recurrent states; a dense step without a grammar keeps the full width
+    (an overlapped step relays its tokens at it)."""
+    from types import SimpleNamespace
+
+    def narrowed(recurrent: bool, grammar) -> int:
+        ssr = SimpleNamespace(draft_token_num=8, grammar_tree_host=grammar, width=SimpleNamespace(recurrent=recurrent))
+        worker.SSRWorker._narrowed(ssr, 2, 3)
+        return ssr.draft_token_num
+
+    grammar = (np.ones(2 * 8 * 8, dtype=bool), np.arange(16))
+    assert narrowed(recurrent=True, grammar=None) == 3
+    assert narrowed(recurrent=False, grammar=grammar) == 3
+    assert narrowed(recurrent=False, grammar=None) == 8
+
+
+def test_sglang_commits_the_accepted_node_of_a_narrowed_step():
+    """SGLang's commit of recurrent states reads request ``i``'s last accepted node at flat index
+    ``i * draft_token_num + node`` of the step's rows: with a narrowed step's rows (``bs * width``) and its
+    width, the node; with the full width it would read another request's row (why the worker sets it)."""
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.speculative.spec_utils import _verify_commit_step_indices
+
+    width, bs = 3, 3
+    nodes = [2, 0, 1]  # each request's last accepted node
+    accept_index = torch.full((bs, width), -1, dtype=torch.int64)
+    for i, node in enumerate(nodes):
+        path = [0, node] if node else [0]
+        accept_index[i, :len(path)] = torch.tensor([i * width + p for p in path])
+    accept_lens = torch.tensor([2 if node else 1 for node in nodes], dtype=torch.int32)
+    batch = SimpleNamespace(mamba_track_indices=None)
+    steps, _ = _verify_commit_step_indices(batch=batch, accept_index=accept_index, accept_lens=accept_lens,
+                                           draft_token_num=width)
+    assert steps.tolist() == nodes
+    wrong, _ = _verify_commit_step_indices(batch=batch, accept_index=accept_index, accept_lens=accept_lens,
+                                           draft_token_num=8)
+    assert wrong.tolist() != nodes
