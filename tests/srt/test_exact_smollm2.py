@@ -25,10 +25,10 @@ EXACT = {"SSR_CPU_EXACT_VERIFY": "1"}
 SPEC = ("--speculative-num-draft-tokens", "8")
 TOKENS = 192  # every 40th token of the client draft changed: 4 edits a prompt
 PROMPTS = 8  # one wave: with 16, the NGRAM test alone ran over 20 minutes in a fresh-clone CI on a 2-core EPYC (2026-12-07)
-# The reasoner's first 3 held-out prompts think for 141, 162 and 122 tokens and end (EOS) after 217, 246 and 202
-# (2026-12-07): 208 tokens cover every think block, with 5 or 6 drafts each (one every 24 reasoning tokens),
-# and 46 to 86 answer tokens verified from them.
-REASONER_PROMPTS, REASONER_TOKENS = 3, 208
+# The reasoner's first 2 held-out prompts (a code and a word problem) think for 141 and 162 tokens and end (EOS)
+# after 217 and 246 (2026-12-07): 208 tokens cover both think blocks, with 5 and 6 drafts (one every 24 reasoning
+# tokens), and 67 and 46 answer tokens verified from them.
+REASONER_PROMPTS, REASONER_TOKENS = 2, 208
 CONCURRENCY = 8  # 8 requests x 8 tree nodes: verify steps stay within exact mode's one-row-at-a-time bound
 NGRAM_PROMPTS, NGRAM_TOKENS = 2, 128  # n-gram trees verify every node: the costliest steps in exact mode
 
