@@ -111,8 +111,8 @@ SETTINGS: Dict[str, Setting] = {s.name: s for s in (
        default_text="4 on CPU, 32 on GPU"),
     _S("SSR_VERIFY_WIDTH", "choice", "auto", "`auto`: per step, the width with the most tokens per second by "
        "measured row cost and node acceptance (ssr_sglang.core.width; CPU, recurrent models without overlap "
-       "scheduling; elsewhere `full`); `full`: every tree node; `adaptive` (CPU only): as many as the proposals fill", "server",
-       choices=("auto", "full", "adaptive")),
+       "scheduling; elsewhere `full`); `full`: every tree node; `adaptive` (CPU only): as many as the proposals "
+       "fill", "server", choices=("auto", "full", "adaptive")),
     _S("SSR_THINK_START", "text", None, "think-start marker, when the tokenizer's are unusual (with "
        "SSR_THINK_END)", "server"),
     _S("SSR_THINK_END", "text", None, "think-end marker (with SSR_THINK_START)", "server"),

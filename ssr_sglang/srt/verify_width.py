@@ -12,8 +12,8 @@ draft manager's ``before_batch``), from host copies.
 Modes (``SSR_VERIFY_WIDTH``): ``auto`` (a :class:`~ssr_sglang.core.width.WidthPolicy` chooses from
 measured costs and acceptance), ``adaptive`` (the widest proposal in the batch) and ``full`` (never
 narrowed; also wherever narrowing is impossible: GPUs, tensor parallelism, sliding windows, recurrent state
-under overlap scheduling). Narrowing
-never changes the output: the first ``w`` nodes of a tree laid out parent before child are a subtree.
+under overlap scheduling). Narrowing never changes the output: the first ``w`` nodes of a tree laid out
+parent before child are a subtree.
 A failure of the width policy turns it off (full width from then on); it never fails a batch.
 """
 
